@@ -1,0 +1,43 @@
+# Two commands for a fresh clone: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 50051
+
+.PHONY: run test lint typecheck unit proto proto-check buf-lint deploy-check bench soak clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	@echo "npu-config-resolver: serving gRPC on $(HOST):$(PORT) (built-in defaults; Ctrl-C to stop)"
+	@exec $(BIN)/npu-resolve serve --host $(HOST) --port $(PORT)
+
+lint: $(STAMP)
+	$(BIN)/ruff check resolver server client tests scripts
+	$(BIN)/ruff format --check resolver server client tests scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+test: lint typecheck unit
+
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,)
+
+soak: $(STAMP)
+	$(BIN)/python -m pytest -m soak -p no:randomly tests/reliability
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,180 @@
+"""The catalog: the option table, checked when loaded, with per-product views precomputed.
+
+A request only ever reads a `View`: the options as they are for one product and one mode, so
+the per-request work is dictionary look-ups rather than re-deriving gates and defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from ._model import CATALOG_VERSION, JSON, Source
+from ._options import OPTIONS
+from ._products import PRODUCT_IDS, PRODUCTS
+from ._rules import RULES
+from ._schema import Default, Mode, Option, OptType, Range, ValueGate
+
+
+class CatalogError(ValueError):
+    """The option table contradicts itself; raised at import so it can never ship broken."""
+
+
+@dataclass(frozen=True, slots=True)
+class OptionView:
+    """One option as it stands for one product and mode."""
+
+    option: Option
+    product_ok: bool
+    mode_ok: bool
+    range: Range | None
+    default: Default | None
+    default_source: Source
+    undocumented: bool
+    """The source gives a default elsewhere but none here (and does not say 'none')."""
+    blocked_values: Mapping[JSON, ValueGate]
+    """Allowed values that this product, mode or version does not support."""
+
+    @property
+    def acts(self) -> bool:
+        return self.product_ok and self.mode_ok and not self.option.unsupported_version
+
+
+View = Mapping[str, OptionView]
+
+
+def _matches(products: frozenset[str] | None, mode_gate: Mode | None, pid: str, mode: Mode) -> bool:
+    return (products is None or pid in products) and (mode_gate is None or mode_gate is mode)
+
+
+def _view(option: Option, pid: str, mode: Mode) -> OptionView:
+    rng = next(
+        (r for r in option.ranges if r.products is None or pid in r.products),
+        None,
+    )
+    default = next((d for d in option.defaults if _matches(d.products, d.mode, pid, mode)), None)
+    varies = any(d.products is not None for d in option.defaults)
+    blocked = {
+        gate.value: gate
+        for gate in option.value_gates
+        if gate.unsupported_version or not _matches(gate.products, gate.mode, pid, mode)
+    }
+    return OptionView(
+        option=option,
+        product_ok=option.products is None or pid in option.products,
+        mode_ok=option.mode is None or option.mode is mode,
+        range=rng,
+        default=default,
+        default_source=Source.PRODUCT_DEFAULT if varies else Source.DEFAULT,
+        undocumented=default is None
+        and bool(option.defaults)
+        and pid not in option.no_default_products,
+        blocked_values=blocked,
+    )
+
+
+class Catalog:
+    """The option table of one source version, validated, with precomputed views."""
+
+    def __init__(self, options: tuple[Option, ...], version: str = CATALOG_VERSION) -> None:
+        self.version = version
+        self.options = options
+        self.by_name: Mapping[str, Option] = {o.name: o for o in options}
+        problems = check_catalog(options)
+        if problems:
+            raise CatalogError("; ".join(problems))
+        self._views: dict[tuple[str, Mode], View] = {
+            (pid, mode): {o.name: _view(o, pid, mode) for o in options}
+            for pid in PRODUCT_IDS
+            for mode in Mode
+        }
+        self.env_options: Mapping[str, Option] = {o.env: o for o in options if o.env}
+
+    def view(self, pid: str, mode: Mode) -> View:
+        return self._views[(pid, mode)]
+
+    def suggest(self, name: str) -> str:
+        """The closest option name, for UNKNOWN_OPTION."""
+        close = difflib.get_close_matches(name.lower(), self.by_name, n=1, cutoff=0.6)
+        return close[0] if close else ""
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def __len__(self) -> int:
+        return len(self.options)
+
+
+def _value_ok(option: Option, value: JSON) -> bool:
+    kinds: dict[OptType, tuple[type, ...]] = {
+        OptType.INT: (int,),
+        OptType.BOOL: (bool,),
+        OptType.STR: (str,),
+        OptType.PATH: (str,),
+        OptType.OBJECT: (dict,),
+    }
+    expected = kinds.get(option.type)
+    if expected is not None:
+        if not isinstance(value, expected):
+            return False
+        if option.type is OptType.INT and isinstance(value, bool):
+            return False
+    return not option.choices or value in option.choices
+
+
+def check_catalog(options: tuple[Option, ...]) -> list[str]:
+    """Every way the table could contradict itself or the rules; empty when sound."""
+    problems: list[str] = []
+    names = [o.name for o in options]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"duplicate option names: {', '.join(dupes)}")
+    known_products = set(PRODUCT_IDS)
+    used_rules: set[str] = set()
+    for o in options:
+        rule_ids = [o.rule, *o.rules, o.products_rule, o.mode_rule, o.env_rule]
+        rule_ids += [o.aliases_rule, o.validator_rule, o.unsupported_rule]
+        rule_ids += [r.rule for r in o.ranges] + [d.rule for d in o.defaults]
+        rule_ids += [g.rule for g in o.value_gates]
+        for rid in filter(None, rule_ids):
+            if rid not in RULES:
+                problems.append(f"{o.name}: unknown rule id {rid}")
+            used_rules.add(rid)
+        gates = [o.products, o.no_default_products]
+        gates += [d.products for d in o.defaults] + [r.products for r in o.ranges]
+        gates += [g.products for g in o.value_gates]
+        for gate in gates:
+            for pid in gate or ():
+                if pid not in known_products:
+                    problems.append(f"{o.name}: gate names unknown product {pid!r}")
+        for d in o.defaults:
+            if not _value_ok(o, d.value):
+                problems.append(f"{o.name}: default {d.value!r} is not an allowed value")
+            for r in o.ranges:
+                overlap = d.products is None or r.products is None or d.products & r.products
+                if overlap and isinstance(d.value, int) and not r.contains(d.value):
+                    problems.append(f"{o.name}: default {d.value!r} outside range {r.text()}")
+        for g in o.value_gates:
+            if o.choices and g.value not in o.choices:
+                problems.append(f"{o.name}: value gate for unknown value {g.value!r}")
+        for old, new in o.aliases.items():
+            if new not in o.choices or old in o.choices:
+                problems.append(f"{o.name}: alias {old!r} -> {new!r} is not old -> allowed")
+        if o.products is not None and not o.products_rule:
+            problems.append(f"{o.name}: product gate without a rule id")
+        if o.mode is not None and not o.mode_rule:
+            problems.append(f"{o.name}: mode gate without a rule id")
+    from ._cross import CROSS_RULE_IDS
+
+    used_rules |= set(CROSS_RULE_IDS)
+    unused = sorted(set(RULES) - used_rules)
+    if unused:
+        problems.append(f"rule ids no catalog entry or cross-option rule uses: {', '.join(unused)}")
+    if sorted(known_products) != sorted(p.id for p in PRODUCTS):
+        problems.append("product table and ids disagree")
+    return problems
+
+
+CATALOG: Final = Catalog(OPTIONS)

@@ -1,0 +1,415 @@
+"""Rules that relate options to each other or to the environment, as one ordered table.
+
+Each entry is a rule id of rules.md, the pipeline stage it belongs to, and a small function of
+the working state. The table order is the order in which they act within a stage.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from ._model import Code, Source
+from ._products import Family
+from ._schema import Mode
+from ._state import State
+from ._values import show
+
+
+class Stage(enum.Enum):
+    DEFAULTS = "defaults"
+    DERIVED = "derived"
+    ROUNDING = "rounding"
+    CROSS = "cross"
+
+
+@dataclass(frozen=True, slots=True)
+class CrossRule:
+    id: str
+    stage: Stage
+    apply: Callable[[State], None]
+
+
+MIXED_PRECISION: Final = frozenset(
+    {"mixed_float16", "mixed_bfloat16", "allow_mix_precision_fp16", "allow_mix_precision_bf16"}
+)
+EXPERIMENTAL_RULE: Final = "R-EXP-2"
+
+
+# ------------------------------------------------------------------------------- defaults
+def precision_default(state: State) -> None:
+    """R-PREC-1: with neither set, at most one of the two carries the default."""
+    v2, pm = state.slots.get("precision_mode_v2"), state.slots.get("precision_mode")
+    if pm is not None and pm.is_set and v2 is not None and not v2.is_set:
+        del state.slots["precision_mode_v2"]
+    if v2 is not None and pm is not None and not pm.is_set:
+        del state.slots["precision_mode"]
+    if v2 is not None or (pm is not None and pm.is_set):
+        state.undocumented.pop("precision_mode", None)
+    if pm is not None and pm.is_set:
+        state.undocumented.pop("precision_mode_v2", None)
+    for name in ("precision_mode_v2", "precision_mode"):
+        if name in state.undocumented:
+            state.undocumented[name] = "R-PREC-1"
+
+
+# ------------------------------------------------------------------------------- derived
+def collect_path_forces_dump(state: State) -> None:
+    """R-EXD-2: NPU_COLLECT_PATH makes the exception dump 1 whatever was asked."""
+    path = state.env.get("NPU_COLLECT_PATH")
+    if path:
+        state.force(
+            "enable_exception_dump",
+            1,
+            "R-EXD-2",
+            f"NPU_COLLECT_PATH={path}",
+            "enable_exception_dump is 1 because NPU_COLLECT_PATH is set; "
+            "unset NPU_COLLECT_PATH to choose another dump mode.",
+        )
+
+
+def inference_small_channel(state: State) -> None:
+    """R-ESC-1: in online inference enable_small_channel is not configurable and is 1."""
+    if state.mode is Mode.INFERENCE:
+        state.force(
+            "enable_small_channel",
+            1,
+            "R-ESC-1",
+            "graph_run_mode=0 (online inference)",
+            "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
+            "remove it from the config.",
+        )
+
+
+def debug_level_disables_cache(state: State) -> None:
+    """R-OCC-2: op_debug_level other than 0 turns the operator compile cache off."""
+    level = state.value("op_debug_level")
+    if isinstance(level, int) and level != 0:
+        state.force(
+            "op_compiler_cache_mode",
+            "disable",
+            "R-OCC-2",
+            f"op_debug_level={level}",
+            f"op_compiler_cache_mode is disable because op_debug_level is {level}; "
+            "set op_debug_level 0 to use the cache.",
+        )
+
+
+# ------------------------------------------------------------------------------- rounding
+def round_hccl_timeout(state: State) -> None:
+    """R-HCT-3: on the legacy family the timeout is floor(v / 68) * 68, at least 68."""
+    slot = state.slots.get("hccl_timeout")
+    if slot is None or state.family is not Family.LEGACY or not isinstance(slot.value, int):
+        return
+    value = slot.value
+    rounded = max(68, value // 68 * 68)
+    if rounded != value:
+        slot.requested = value
+        slot.value = rounded
+        slot.rules.append("R-HCT-3")
+        state.emit(
+            Code.ROUNDED,
+            "hccl_timeout",
+            "R-HCT-3",
+            f"hccl_timeout {value} takes effect as {rounded} on {state.pid} "
+            f"(rounded down to a multiple of 68); set {rounded} to say so.",
+        )
+
+
+# ------------------------------------------------------------------------------- cross
+def precision_conflict(state: State) -> None:
+    """R-PREC-1: precision_mode and precision_mode_v2 may not both be set."""
+    v2, pm = state.slots.get("precision_mode_v2"), state.slots.get("precision_mode")
+    if v2 is None or pm is None or not (v2.is_set and pm.is_set):
+        return
+    if v2.source is Source.POLICY and pm.source is not Source.POLICY:
+        state.drop("precision_mode_v2", Code.DROPPED_SUPERSEDED, "R-PREC-1", _superseded(
+            "precision_mode_v2", v2.value, "precision_mode"))
+    elif pm.source is Source.POLICY and v2.source is not Source.POLICY:
+        state.drop("precision_mode", Code.DROPPED_SUPERSEDED, "R-PREC-1", _superseded(
+            "precision_mode", pm.value, "precision_mode_v2"))
+    else:
+        state.conflict(
+            "precision_mode",
+            "R-PREC-1",
+            f"precision_mode {show(pm.value)} and precision_mode_v2 {show(v2.value)} may not "
+            "both be set; keep only precision_mode_v2.",
+        )
+
+
+def _superseded(name: str, value: object, by: str) -> str:
+    return f"{name} {show(value)} from the policy is dropped because the job sets {by}."
+
+
+def _needs(state: State, name: str, rule: str, message: str, ok: bool) -> None:
+    if name in state.slots and not ok:
+        state.drop(name, Code.DROPPED_NO_EFFECT, rule, message)
+
+
+def loop_with_mixed_compute(state: State) -> None:
+    """R-IPL-2: with mix_compile_mode True, iterations_per_loop must be 1."""
+    loops = state.value("iterations_per_loop")
+    if state.value("mix_compile_mode") is True and isinstance(loops, int) and loops != 1:
+        state.conflict(
+            "iterations_per_loop",
+            "R-IPL-2",
+            f"iterations_per_loop {loops} is not allowed with mix_compile_mode true; "
+            "set iterations_per_loop 1 or turn mix_compile_mode off.",
+        )
+
+
+def host_placement_needs_mixed_compute(state: State) -> None:
+    """R-VPL-2: variable_placement Host requires mix_compile_mode True."""
+    if state.value("variable_placement") == "Host" and state.value("mix_compile_mode") is not True:
+        state.conflict(
+            "variable_placement",
+            "R-VPL-2",
+            "variable_placement 'Host' needs mix_compile_mode true; "
+            "set mix_compile_mode true or place variables on the Device.",
+        )
+
+
+def op_precision_supersedes_implmode(state: State) -> None:
+    """R-OPM-1: op_precision_mode wins over op_select_implmode and optypelist_for_implmode."""
+    if "op_precision_mode" not in state.slots:
+        return
+    for name in ("op_select_implmode", "optypelist_for_implmode"):
+        if name in state.slots:
+            state.drop(
+                name,
+                Code.DROPPED_SUPERSEDED,
+                "R-OPM-1",
+                f"{name} {show(state.value(name))} is dropped because op_precision_mode is set "
+                "and only op_precision_mode takes effect; remove it.",
+            )
+
+
+def optypelist_needs_implmode(state: State) -> None:
+    """R-DEP-5: optypelist_for_implmode needs op_select_implmode."""
+    _needs(
+        state,
+        "optypelist_for_implmode",
+        "R-DEP-5",
+        "optypelist_for_implmode has no effect without op_select_implmode; "
+        "set op_select_implmode or remove it.",
+        "op_select_implmode" in state.slots,
+    )
+
+
+def execute_mode_needs_dynamic_input(state: State) -> None:
+    """R-DEP-7: dynamic_graph_execute_mode only acts with dynamic_input True."""
+    _needs(
+        state,
+        "dynamic_graph_execute_mode",
+        "R-DEP-7",
+        "dynamic_graph_execute_mode has no effect unless dynamic_input is true; "
+        "set dynamic_input true or remove it.",
+        state.value("dynamic_input") is True,
+    )
+
+
+def rank_and_device_list_together(state: State) -> None:
+    """R-LRI-1: local_rank_id and local_device_list go together."""
+    for name, other in (
+        ("local_rank_id", "local_device_list"),
+        ("local_device_list", "local_rank_id"),
+    ):
+        _needs(
+            state,
+            name,
+            "R-LRI-1",
+            f"{name} has no effect without {other}; set both or neither.",
+            other in state.slots,
+        )
+
+
+def _mixed_precision_on(state: State) -> bool:
+    return (
+        state.value("precision_mode_v2") in MIXED_PRECISION
+        or state.value("precision_mode") in MIXED_PRECISION
+    )
+
+
+def mixlist_needs_mixed_precision(state: State) -> None:
+    """R-MML-1: modify_mixlist only acts when mixed precision is on."""
+    _needs(
+        state,
+        "modify_mixlist",
+        "R-MML-1",
+        "modify_mixlist has no effect because mixed precision is off; set precision_mode_v2 "
+        "mixed_float16 or mixed_bfloat16 (or precision_mode allow_mix_precision_*), or remove it.",
+        _mixed_precision_on(state),
+    )
+
+
+def customize_dtypes_needs_reduced_precision(state: State) -> None:
+    """R-CDT-1: customize_dtypes does nothing when the graph keeps its original precision."""
+    keeps = (
+        state.value("precision_mode_v2") == "origin"
+        or state.value("precision_mode") == "must_keep_origin_dtype"
+    )
+    _needs(
+        state,
+        "customize_dtypes",
+        "R-CDT-1",
+        "customize_dtypes has no effect while precision_mode_v2 is 'origin' (or precision_mode "
+        "'must_keep_origin_dtype'); choose another precision mode or remove it.",
+        not keeps,
+    )
+
+
+def _dynamic(state: State) -> bool:
+    return state.value("compile_dynamic_mode") is True
+
+
+def fusion_size_static_only(state: State) -> None:
+    """R-IFS-2: input_fusion_size acts on static-shape graphs only."""
+    _needs(
+        state,
+        "input_fusion_size",
+        "R-IFS-2",
+        "input_fusion_size has no effect with compile_dynamic_mode true (static shapes only); "
+        "remove it or turn compile_dynamic_mode off.",
+        not _dynamic(state),
+    )
+
+
+def generalization_needs_jit(state: State) -> None:
+    """R-SGM-1: shape_generalization_mode acts only with jit_compile 'true', static shapes."""
+    if "shape_generalization_mode" not in state.slots:
+        return
+    if state.value("jit_compile") != "true":
+        message = (
+            "shape_generalization_mode only acts with jit_compile 'true'; "
+            "set jit_compile 'true' or remove it."
+        )
+    elif _dynamic(state):
+        message = (
+            "shape_generalization_mode has no effect with compile_dynamic_mode true "
+            "(every input shape is already -1); remove one of them."
+        )
+    else:
+        return
+    state.drop("shape_generalization_mode", Code.DROPPED_NO_EFFECT, "R-SGM-1", message)
+
+
+def multistream_static_only(state: State) -> None:
+    """R-AMP-1: 'cv' is static-shape only and excludes ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1."""
+    if "auto_multistream_parallel_mode" not in state.slots:
+        return
+    if _dynamic(state):
+        state.drop(
+            "auto_multistream_parallel_mode",
+            Code.DROPPED_NO_EFFECT,
+            "R-AMP-1",
+            "auto_multistream_parallel_mode has no effect with compile_dynamic_mode true "
+            "(static shapes only); remove one of them.",
+        )
+    elif state.env.get("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM", "").strip() == "1":
+        state.conflict(
+            "auto_multistream_parallel_mode",
+            "R-AMP-1",
+            "auto_multistream_parallel_mode 'cv' cannot be combined with "
+            "ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1; unset the variable or remove the option.",
+        )
+
+
+def aicore_num_with_prebuilt(state: State) -> None:
+    """R-ACN-2: aicore_num has no effect with jit_compile 'false' on a static-shape graph."""
+    _needs(
+        state,
+        "aicore_num",
+        "R-ACN-2",
+        "aicore_num has no effect with jit_compile 'false' on a static-shape graph "
+        "(prebuilt operator binaries are reused); set jit_compile 'auto' or 'true', or remove it.",
+        not (state.value("jit_compile") == "false" and not _dynamic(state)),
+    )
+
+
+def stream_sync_above_hccl(state: State) -> None:
+    """R-SST-2: in a cluster stream_sync_timeout must exceed the HCCL timeout."""
+    sst, hccl = state.value("stream_sync_timeout"), state.value("hccl_timeout")
+    if not state.is_set("stream_sync_timeout") or not isinstance(sst, int) or sst <= 0:
+        return
+    if not isinstance(hccl, int):
+        return
+    if hccl == 0 or sst <= hccl * 1000:
+        limit = "never times out" if hccl == 0 else f"is {hccl} s"
+        state.emit(
+            Code.ADVICE,
+            "stream_sync_timeout",
+            "R-SST-2",
+            f"stream_sync_timeout {sst} ms is not above the HCCL timeout, which {limit}; "
+            f"in a cluster job set it above {hccl * 1000} ms.",
+        )
+
+
+def debug_level_on_350(state: State) -> None:
+    """R-DEP-3: op_debug_level 1, 2 and 4 produce no TBE mapping files on atlas-350."""
+    level = state.value("op_debug_level")
+    if state.pid == "atlas-350" and level in (1, 2, 4) and state.is_set("op_debug_level"):
+        state.emit(
+            Code.ADVICE,
+            "op_debug_level",
+            "R-DEP-3",
+            f"op_debug_level {level} produces no TBE instruction mapping files on atlas-350; "
+            "do not rely on them for AI Core Error analysis there.",
+        )
+
+
+def experimental_warning(state: State) -> None:
+    """R-EXP-2: experimental options may change and are not for commercial products."""
+    for name, slot in state.slots.items():
+        option = state.view[name].option
+        if option.experimental and slot.is_set:
+            state.emit(
+                Code.EXPERIMENTAL,
+                name,
+                EXPERIMENTAL_RULE,
+                f"{name} is experimental: it may change in later versions and is not for "
+                "commercial products.",
+            )
+
+
+def deprecated_warning(state: State) -> None:
+    """The 'to be removed' options still apply, with a warning when a caller sets them."""
+    for name, slot in state.slots.items():
+        option = state.view[name].option
+        if option.deprecated and slot.is_set:
+            state.emit(
+                Code.DEPRECATED,
+                name,
+                option.rule,
+                f"{name} will be removed in a later version; it still applies now, "
+                "plan to stop using it.",
+            )
+
+
+CROSS_RULES: Final[tuple[CrossRule, ...]] = (
+    CrossRule("R-PREC-1", Stage.DEFAULTS, precision_default),
+    CrossRule("R-EXD-2", Stage.DERIVED, collect_path_forces_dump),
+    CrossRule("R-ESC-1", Stage.DERIVED, inference_small_channel),
+    CrossRule("R-OCC-2", Stage.DERIVED, debug_level_disables_cache),
+    CrossRule("R-HCT-3", Stage.ROUNDING, round_hccl_timeout),
+    CrossRule("R-PREC-1", Stage.CROSS, precision_conflict),
+    CrossRule("R-IPL-2", Stage.CROSS, loop_with_mixed_compute),
+    CrossRule("R-VPL-2", Stage.CROSS, host_placement_needs_mixed_compute),
+    CrossRule("R-OPM-1", Stage.CROSS, op_precision_supersedes_implmode),
+    CrossRule("R-DEP-5", Stage.CROSS, optypelist_needs_implmode),
+    CrossRule("R-DEP-7", Stage.CROSS, execute_mode_needs_dynamic_input),
+    CrossRule("R-LRI-1", Stage.CROSS, rank_and_device_list_together),
+    CrossRule("R-MML-1", Stage.CROSS, mixlist_needs_mixed_precision),
+    CrossRule("R-CDT-1", Stage.CROSS, customize_dtypes_needs_reduced_precision),
+    CrossRule("R-IFS-2", Stage.CROSS, fusion_size_static_only),
+    CrossRule("R-SGM-1", Stage.CROSS, generalization_needs_jit),
+    CrossRule("R-AMP-1", Stage.CROSS, multistream_static_only),
+    CrossRule("R-ACN-2", Stage.CROSS, aicore_num_with_prebuilt),
+    CrossRule("R-SST-2", Stage.CROSS, stream_sync_above_hccl),
+    CrossRule("R-DEP-3", Stage.CROSS, debug_level_on_350),
+    CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
+    CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
+)
+
+CROSS_RULE_IDS: Final = frozenset(r.id for r in CROSS_RULES)

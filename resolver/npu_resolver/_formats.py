@@ -1,0 +1,112 @@
+"""Format checks for string options whose value has a grammar of its own.
+
+Each returns None when the value is well formed, else a short reason for the diagnostic.
+Every check is a single linear pass: a caller's string is never evaluated.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_INT: Final = re.compile(r"[0-9]+")
+SMP_ENGINES: Final = ("DNN_VM_AICPU", "AIcoreEngine")
+IMPLMODE_OPTYPES: Final = ("Pooling", "SoftmaxV2", "LRN", "ROIAlign")
+
+
+def _split_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",")]
+
+
+def stream_max_parallel_num(value: str) -> str | None:
+    """R-SMP-1: 'ENGINE:N,ENGINE:N' with ENGINE DNN_VM_AICPU or AIcoreEngine and N >= 1."""
+    seen: set[str] = set()
+    for item in _split_list(value):
+        engine, sep, count = item.partition(":")
+        engine, count = engine.strip(), count.strip()
+        if not sep or engine not in SMP_ENGINES:
+            return f"'{item}' is not ENGINE:N with ENGINE one of {', '.join(SMP_ENGINES)}"
+        if not _INT.fullmatch(count) or int(count) < 1:
+            return f"the parallelism of {engine} must be an integer >= 1, got '{count}'"
+        if engine in seen:
+            return f"{engine} is given twice"
+        seen.add(engine)
+    return None
+
+
+def aicore_num(value: str) -> str | None:
+    """R-ACN-1: 'CUBE|VECTOR', both integers greater than 0."""
+    cube, sep, vector = value.partition("|")
+    if not sep or not _INT.fullmatch(cube.strip()) or not _INT.fullmatch(vector.strip()):
+        return "expected 'CUBE|VECTOR' with two integers, e.g. '2|4'"
+    if int(cube) < 1 or int(vector) < 1:
+        return "both core counts must be greater than 0"
+    return None
+
+
+def device_list(value: str) -> str | None:
+    """R-LRI-1: comma-separated device ids."""
+    for item in _split_list(value):
+        if not _INT.fullmatch(item):
+            return f"'{item}' is not a device id (a non-negative integer)"
+    return None
+
+
+def implmode_optypes(value: str) -> str | None:
+    """R-DEP-5: comma-separated op types from the four the source supports."""
+    for item in _split_list(value):
+        if item not in IMPLMODE_OPTYPES:
+            return f"'{item}' is not one of {', '.join(IMPLMODE_OPTYPES)}"
+    return None
+
+
+def name_list(value: str) -> str | None:
+    """R-ESF-1: comma-separated pass names, none empty."""
+    if any(not item for item in _split_list(value)):
+        return "a pass name is empty (check the commas)"
+    return None
+
+
+_DIM: Final = r"(?:-1|[0-9]+(?:~[0-9]+)?)"
+_SHAPE: Final = rf"\[(?:\s*{_DIM}\s*(?:,\s*{_DIM}\s*)*)?\]"
+_SHAPES: Final = rf"{_SHAPE}(?:,{_SHAPE})*"
+_SHAPE_RANGE: Final = re.compile(rf"(getnext|data):{_SHAPES}(?:;(getnext|data):{_SHAPES})*")
+
+
+def shape_range(value: str) -> str | None:
+    """R-DEP-8: 'getnext:[d,..],[d];data:[d]'; d an integer, -1 or a~b; [] for a scalar."""
+    text = value.strip()
+    if not _SHAPE_RANGE.fullmatch(text):
+        return (
+            "expected 'getnext:[d,...],[...];data:[...]' where each d is an integer, -1 or a~b "
+            "and [] is a scalar"
+        )
+    tags = [part.split(":", 1)[0] for part in text.split(";")]
+    if len(set(tags)) != len(tags):
+        return "each tag (getnext, data) may appear once"
+    for low, high in re.findall(r"([0-9]+)~([0-9]+)", text):
+        if int(low) > int(high):
+            return f"the range {low}~{high} is empty"
+    return None
+
+
+_PATH_OK: Final = re.compile(r"[A-Za-z0-9_\-./\u4e00-\u9fff\u3400-\u4dbf]*")
+
+
+def path_chars(value: str) -> str | None:
+    """R-FSF-1 / R-OCD-1: letters, digits, '_', '-', '.', Chinese characters; '/' separates."""
+    if not value:
+        return "the path is empty"
+    match = _PATH_OK.match(value)
+    end = match.end() if match else 0
+    if end < len(value):
+        return (
+            f"character {value[end]!r} at position {end + 1} is not allowed "
+            "(letters, digits, '_', '-', '.', Chinese characters and '/' only)"
+        )
+    return None
+
+
+def non_empty(value: str) -> str | None:
+    """Paths: an empty string names nothing."""
+    return None if value.strip() else "the path is empty"

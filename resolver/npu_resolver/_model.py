@@ -1,0 +1,308 @@
+"""The request and the result as plain, frozen data.
+
+Results are data (value + source + rule), never exceptions: a caller, the server and the CLI all
+read the same record. Dataclasses with slots keep the hot path cheap; JSON in and out is explicit
+so that the CLI's JSON and the proto3 JSON mapping agree key for key.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+JSON = Any
+"""A JSON value: None, bool, int, float, str, list or dict of those."""
+
+CATALOG_VERSION: Final = "900"
+
+
+class Severity(enum.StrEnum):
+    ERROR = "ERROR"
+    WARNING = "WARNING"
+    INFO = "INFO"
+
+
+class Source(enum.StrEnum):
+    """Where an effective value came from, highest precedence first."""
+
+    POLICY_LOCKED = "POLICY_LOCKED"
+    USER = "USER"
+    ENV = "ENV"
+    POLICY = "POLICY"
+    PRODUCT_DEFAULT = "PRODUCT_DEFAULT"
+    DEFAULT = "DEFAULT"
+    DERIVED = "DERIVED"
+
+
+class Code(enum.StrEnum):
+    """Stable diagnostic codes; their default severity is in CODE_SEVERITY."""
+
+    UNKNOWN_PRODUCT = "UNKNOWN_PRODUCT"
+    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"
+    UNKNOWN_OPTION = "UNKNOWN_OPTION"
+    INVALID_VALUE = "INVALID_VALUE"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNSUPPORTED_VALUE = "UNSUPPORTED_VALUE"
+    CONFLICT = "CONFLICT"
+    DROPPED_UNSUPPORTED_PRODUCT = "DROPPED_UNSUPPORTED_PRODUCT"
+    DROPPED_UNSUPPORTED_MODE = "DROPPED_UNSUPPORTED_MODE"
+    DROPPED_UNSUPPORTED_VERSION = "DROPPED_UNSUPPORTED_VERSION"
+    DROPPED_NO_EFFECT = "DROPPED_NO_EFFECT"
+    DROPPED_SUPERSEDED = "DROPPED_SUPERSEDED"
+    FORCED = "FORCED"
+    POLICY_LOCKED = "POLICY_LOCKED"
+    DEPRECATED = "DEPRECATED"
+    EXPERIMENTAL = "EXPERIMENTAL"
+    ADVICE = "ADVICE"
+    NORMALIZED = "NORMALIZED"
+    ROUNDED = "ROUNDED"
+    FROM_ENV = "FROM_ENV"
+    ENV_OVERRIDDEN = "ENV_OVERRIDDEN"
+    UNDOCUMENTED = "UNDOCUMENTED"
+    NOT_CHECKED = "NOT_CHECKED"
+
+
+CODE_SEVERITY: Final[Mapping[Code, Severity]] = {
+    Code.UNKNOWN_PRODUCT: Severity.ERROR,
+    Code.UNKNOWN_PROFILE: Severity.ERROR,
+    Code.UNKNOWN_OPTION: Severity.ERROR,
+    Code.INVALID_VALUE: Severity.ERROR,
+    Code.OUT_OF_RANGE: Severity.ERROR,
+    Code.UNSUPPORTED_VALUE: Severity.ERROR,
+    Code.CONFLICT: Severity.ERROR,
+    Code.DROPPED_UNSUPPORTED_PRODUCT: Severity.WARNING,
+    Code.DROPPED_UNSUPPORTED_MODE: Severity.WARNING,
+    Code.DROPPED_UNSUPPORTED_VERSION: Severity.WARNING,
+    Code.DROPPED_NO_EFFECT: Severity.WARNING,
+    Code.DROPPED_SUPERSEDED: Severity.WARNING,
+    Code.FORCED: Severity.WARNING,
+    Code.POLICY_LOCKED: Severity.WARNING,
+    Code.DEPRECATED: Severity.WARNING,
+    Code.EXPERIMENTAL: Severity.WARNING,
+    Code.ADVICE: Severity.WARNING,
+    Code.NORMALIZED: Severity.INFO,
+    Code.ROUNDED: Severity.INFO,
+    Code.FROM_ENV: Severity.INFO,
+    Code.ENV_OVERRIDDEN: Severity.INFO,
+    Code.UNDOCUMENTED: Severity.INFO,
+    Code.NOT_CHECKED: Severity.INFO,
+}
+
+DROP_CODES: Final = frozenset(
+    {
+        Code.DROPPED_UNSUPPORTED_PRODUCT,
+        Code.DROPPED_UNSUPPORTED_MODE,
+        Code.DROPPED_UNSUPPORTED_VERSION,
+        Code.DROPPED_NO_EFFECT,
+        Code.DROPPED_SUPERSEDED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    severity: Severity
+    code: Code
+    option: str
+    rule: str
+    message: str
+    suggestion: str = ""
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "severity": self.severity.value,
+            "code": self.code.value,
+            "option": self.option,
+            "rule": self.rule,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> Diagnostic:
+        return cls(
+            severity=Severity(data["severity"]),
+            code=Code(data["code"]),
+            option=str(data.get("option", "")),
+            rule=str(data.get("rule", "")),
+            message=str(data.get("message", "")),
+            suggestion=str(data.get("suggestion", "")),
+        )
+
+
+class _Unset:
+    """No requested value (distinct from a requested null)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Final = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    source: Source
+    rules: tuple[str, ...] = ()
+    requested: JSON = _UNSET
+    env_var: str = ""
+    detail: str = ""
+
+    @property
+    def has_requested(self) -> bool:
+        return self.requested is not _UNSET
+
+    def to_json(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = {"source": self.source.value, "rules": list(self.rules)}
+        if self.requested is not _UNSET:
+            out["requested"] = self.requested
+        out["env_var"] = self.env_var
+        out["detail"] = self.detail
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> Provenance:
+        return cls(
+            source=Source(data["source"]),
+            rules=tuple(data.get("rules", ())),
+            requested=data["requested"] if "requested" in data else _UNSET,
+            env_var=str(data.get("env_var", "")),
+            detail=str(data.get("detail", "")),
+        )
+
+
+def unset() -> Any:
+    """The marker for 'no requested value' in Provenance."""
+    return _UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveRequest:
+    """What a caller sends: a partial config for one product, with the job's environment."""
+
+    product: str
+    config: Mapping[str, JSON] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str = ""
+    profile: str = ""
+    strict: bool = False
+    validate_only: bool = False
+    attachments: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "product": self.product,
+            "config": dict(self.config),
+            "env": dict(self.env),
+            "workdir": self.workdir,
+            "profile": self.profile,
+            "strict": self.strict,
+            "validate_only": self.validate_only,
+            "attachments": dict(self.attachments),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> ResolveRequest:
+        """Build a request from JSON, refusing shapes that are not the contract's."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a request must be a JSON object")
+        unknown = set(data) - _REQUEST_KEYS
+        if unknown:
+            raise ValueError(f"unknown request field(s): {', '.join(sorted(unknown))}")
+        config = data.get("config") or {}
+        env = data.get("env") or {}
+        attachments = data.get("attachments") or {}
+        if not isinstance(config, Mapping):
+            raise ValueError("'config' must be an object of option name to value")
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError("'env' must be an object of variable name to string")
+        if not isinstance(attachments, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attachments.items()
+        ):
+            raise ValueError("'attachments' must be an object of option name to file text")
+        for key in ("product", "workdir", "profile"):
+            if not isinstance(data.get(key, ""), str):
+                raise ValueError(f"'{key}' must be a string")
+        for key in ("strict", "validate_only"):
+            if not isinstance(data.get(key, False), bool):
+                raise ValueError(f"'{key}' must be true or false")
+        return cls(
+            product=data.get("product", ""),
+            config=dict(config),
+            env=dict(env),
+            workdir=data.get("workdir", ""),
+            profile=data.get("profile", ""),
+            strict=data.get("strict", False),
+            validate_only=data.get("validate_only", False),
+            attachments=dict(attachments),
+        )
+
+
+_REQUEST_KEYS: Final = frozenset(
+    {"product", "config", "env", "workdir", "profile", "strict", "validate_only", "attachments"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The fully resolved effective config for one request."""
+
+    ok: bool
+    product: str
+    options: Mapping[str, JSON]
+    provenance: Mapping[str, Provenance]
+    diagnostics: tuple[Diagnostic, ...]
+    paths: Mapping[str, str]
+    catalog_version: str
+    policy_version: str
+    fingerprint: str
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
+
+    @property
+    def warnings(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.WARNING)
+
+    @property
+    def notes(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.INFO)
+
+    def codes(self) -> list[str]:
+        return [d.code.value for d in self.diagnostics]
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "ok": self.ok,
+            "product": self.product,
+            "options": dict(self.options),
+            "provenance": {k: v.to_json() for k, v in self.provenance.items()},
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+            "paths": dict(self.paths),
+            "catalog_version": self.catalog_version,
+            "policy_version": self.policy_version,
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> Resolution:
+        return cls(
+            ok=bool(data["ok"]),
+            product=str(data.get("product", "")),
+            options=dict(data.get("options", {})),
+            provenance={
+                k: Provenance.from_json(v) for k, v in dict(data.get("provenance", {})).items()
+            },
+            diagnostics=tuple(Diagnostic.from_json(d) for d in data.get("diagnostics", ())),
+            paths={str(k): str(v) for k, v in dict(data.get("paths", {})).items()},
+            catalog_version=str(data.get("catalog_version", "")),
+            policy_version=str(data.get("policy_version", "")),
+            fingerprint=str(data.get("fingerprint", "")),
+        )

@@ -1,0 +1,70 @@
+"""Effective folders and files (resolution step 10), spelled from the job's env and workdir.
+
+Parts the resolver cannot know stay as placeholders: <workdir>, <pid>, <sessionid>,
+<device_id>, <home>.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+
+from ._state import State
+
+WORKDIR = "<workdir>"
+
+
+def _join(*parts: str) -> str:
+    return posixpath.join(*parts)
+
+
+def _env(env: Mapping[str, str], name: str) -> str:
+    return env.get(name, "").strip()
+
+
+def effective_paths(state: State) -> dict[str, str]:
+    env = state.env
+    workdir = state.workdir or WORKDIR
+    work_path = _env(env, "ASCEND_WORK_PATH")
+    collect = _env(env, "NPU_COLLECT_PATH")
+    paths: dict[str, str] = {}
+
+    dump = state.value("enable_exception_dump")
+    if dump == 1:  # R-EXD-3
+        paths["exception_dump_dir"] = collect or work_path or _join(workdir, "extra-info")
+    elif dump == 2:  # R-EXD-4
+        device = state.value("session_device_id")
+        device_part = str(device) if isinstance(device, int) else "<device_id>"
+        paths["exception_dump_dir"] = work_path or _join(
+            workdir, "extra-info", "data-dump", device_part
+        )
+
+    debug_dir = state.value("debug_dir")  # R-DBG-1
+    paths["debug_dir"] = debug_dir if isinstance(debug_dir, str) else (work_path or workdir)
+
+    if state.value("export_compile_stat") in (1, 2):  # R-ECS-1
+        paths["fusion_result_file"] = (
+            _join(work_path, "FE", "<pid>", "fusion_result.json")
+            if work_path
+            else _join(workdir, "fusion_result.json")
+        )
+
+    if state.value("op_compiler_cache_mode") != "disable":  # R-OCD-1
+        cache_dir = state.value("op_compiler_cache_dir")
+        cache_path = _env(env, "ASCEND_CACHE_PATH")
+        home = _env(env, "HOME") or "<home>"
+        paths["op_cache_dir"] = (
+            _join(cache_dir, "kernel_cache")
+            if isinstance(cache_dir, str)
+            else _join(cache_path, "kernel_cache")
+            if cache_path
+            else _join(home, "atc_data")
+        )
+
+    if state.value("external_weight") is True:  # R-EXW-1
+        paths["external_weight_dir"] = _join(work_path or workdir, "tmp_weight_<pid>_<sessionid>")
+
+    if "aoe_mode" in state.slots:  # R-AOE-5: AOE acts only when a tuning mode is in force
+        work = state.value("work_path")
+        paths["aoe_work_path"] = _join(workdir, work) if isinstance(work, str) else workdir
+    return paths

@@ -1,0 +1,397 @@
+"""The resolution pipeline: (request, catalog, policy) -> Resolution, pure and deterministic.
+
+Stages follow the contract's resolution order: product, names, values, mode, precedence, gates,
+derived values, rounding, cross-option rules, effective paths. No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Final
+
+from ._catalog import CATALOG, Catalog, OptionView
+from ._content import apply_content_rules
+from ._cross import CROSS_RULES, Stage
+from ._model import (
+    JSON,
+    Code,
+    Diagnostic,
+    Provenance,
+    ResolveRequest,
+    Resolution,
+    Severity,
+    Source,
+)
+from ._options import CACHE_ENV_VARS
+from ._paths import effective_paths
+from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
+from ._schema import Mode
+from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State
+from ._values import Parsed, Problem, parse, show
+
+MAX_CONFIG_KEYS: Final = 512
+DEFAULT_PROFILE: Final = "default"
+_EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
+_STAGES_AFTER_GATES: Final = (Stage.DERIVED, Stage.ROUNDING, Stage.CROSS)
+_ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
+
+
+def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
+    """A stable hash of product + options: equal configs, equal fingerprints."""
+    canonical = json.dumps(
+        {"product": product, "options": options},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _failed(
+    request_product: str, diagnostic: Diagnostic, catalog: Catalog, policy_version: str
+) -> Resolution:
+    return Resolution(
+        ok=False,
+        product=product_id(request_product) or "",
+        options={},
+        provenance={},
+        diagnostics=(diagnostic,),
+        paths={},
+        catalog_version=catalog.version,
+        policy_version=policy_version,
+        fingerprint="",
+    )
+
+
+def _unknown_product(text: str) -> Diagnostic:
+    close = difflib.get_close_matches(alias_key(text), _ALIAS_WORDS, n=1, cutoff=0.6)
+    return Diagnostic(
+        Severity.ERROR,
+        Code.UNKNOWN_PRODUCT,
+        "product",
+        "",
+        f"product {text!r} is not recognized; use one of {', '.join(PRODUCT_IDS)}.",
+        _ALIAS_WORDS[close[0]] if close else "",
+    )
+
+
+def _unknown_profile(profile: str, known: tuple[str, ...]) -> Diagnostic:
+    listed = ", ".join(known) if known else "none (no policy is loaded)"
+    close = difflib.get_close_matches(profile, known, n=1)
+    return Diagnostic(
+        Severity.ERROR,
+        Code.UNKNOWN_PROFILE,
+        "profile",
+        "",
+        f"profile {profile!r} is not in the policy; known profiles: {listed}.",
+        close[0] if close else "",
+    )
+
+
+def _emit_problem(state: State, option: str, problem: Problem) -> None:
+    state.emit(problem.code, option, problem.rule, problem.message, problem.suggestion)
+
+
+def _read_config(
+    request: ResolveRequest, state: State, catalog: Catalog
+) -> dict[str, tuple[JSON, JSON]]:
+    """Steps 2-3: names and values. Returns option -> (value, as requested)."""
+    explicit: dict[str, tuple[JSON, JSON]] = {}
+    if len(request.config) > MAX_CONFIG_KEYS:
+        state.emit(
+            Code.INVALID_VALUE,
+            "config",
+            "",
+            f"the config has {len(request.config)} keys; the catalog has {len(catalog)} options "
+            f"and at most {MAX_CONFIG_KEYS} keys are read. Send only NPURunConfig options.",
+        )
+        return explicit
+    for name in sorted(request.config, key=str):
+        raw = request.config[name]
+        if name not in catalog:
+            suggestion = catalog.suggest(str(name))
+            hint = f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
+            state.emit(
+                Code.UNKNOWN_OPTION,
+                str(name)[:100],
+                "",
+                f"option {str(name)[:100]!r} is not an NPURunConfig option{hint}",
+                suggestion,
+            )
+            continue
+        view = state.view[name]
+        if raw is None:
+            state.emit(
+                Code.NORMALIZED,
+                name,
+                view.option.rule,
+                f"{name} null means not set; it takes its default. Leave it out instead.",
+            )
+            continue
+        parsed = parse(view, raw, product=state.pid)
+        if isinstance(parsed, Problem):
+            _emit_problem(state, name, parsed)
+            continue
+        if parsed.note is not None:
+            _emit_problem(state, name, parsed.note)
+        explicit[name] = (parsed.value, raw)
+    return explicit
+
+
+def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
+    """The environment variables that give option values (HCCL_EXEC_TIMEOUT, ...)."""
+    values: dict[str, JSON] = {}
+    for var, option in catalog.env_options.items():
+        text = state.env.get(var)
+        if text is None:
+            continue
+        parsed = parse(state.view[option.name], text.strip(), product=state.pid, from_text=True)
+        if isinstance(parsed, Problem):
+            message = f"environment variable {var}: {parsed.message}"
+            state.emit(parsed.code, f"env.{var}", option.env_rule, message, parsed.suggestion)
+            continue
+        values[option.name] = parsed.value
+    for var in CACHE_ENV_VARS:  # R-OCC-4: read by the runtime, checked here
+        text = state.env.get(var)
+        if text is None:
+            continue
+        stripped = text.strip()
+        number = int(stripped) if stripped.lstrip("-").isdigit() else None
+        ratio = var == "ASCEND_REMAIN_CACHE_SIZE_RATIO"
+        if number is None or (ratio and not 1 <= number <= 100) or (not ratio and number < -1):
+            expected = "an integer percentage in [1, 100]" if ratio else "MB as an integer, -1 for no aging"
+            state.emit(
+                Code.INVALID_VALUE,
+                f"env.{var}",
+                "R-OCC-4",
+                f"environment variable {var}={show(text)} is not {expected}; fix or unset it.",
+            )
+    return values
+
+
+def _mode(explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer) -> Mode:
+    """Step 4: lock, else explicit, else policy default, else 1 (training)."""
+    for entry in (
+        layer.locked.get("graph_run_mode"),
+        explicit.get("graph_run_mode"),
+        layer.defaults.get("graph_run_mode"),
+    ):
+        if entry is None:
+            continue
+        value = entry.value if isinstance(entry, PolicyEntry) else entry[0]
+        if value in (0, 1):
+            return Mode.from_graph_run_mode(value)
+    return Mode.TRAINING
+
+
+def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | None:
+    parsed = parse(view, entry.value, product=state.pid)
+    if isinstance(parsed, Problem):
+        _emit_problem(state, view.option.name, parsed)
+        return None
+    return parsed.value if isinstance(parsed, Parsed) else None
+
+
+def _precedence(
+    state: State,
+    explicit: Mapping[str, tuple[JSON, JSON]],
+    env_values: Mapping[str, JSON],
+    layer: PolicyLayer,
+) -> None:
+    """Step 5: lock > explicit > env > policy default > documented default, per option."""
+    for name, view in state.view.items():
+        option = view.option
+        lock = layer.locked.get(name)
+        given = explicit.get(name)
+        from_env = env_values.get(name)
+        env_rules = [option.env_rule] if option.env else []
+        if lock is not None:
+            value = _policy_value(state, view, lock)
+            if value is None:
+                continue
+            slot = Slot(value, Source.POLICY_LOCKED, [option.rule], detail=lock.detail)
+            slot.all_products = lock.all_products
+            asked = given[0] if given is not None else from_env
+            if asked is not None and asked != value:
+                slot.requested = given[1] if given is not None else state.env.get(option.env)
+                via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
+                state.emit(
+                    Code.POLICY_LOCKED,
+                    name,
+                    option.rule,
+                    f"{via} is replaced by the policy's locked value {show(value)} "
+                    f"({lock.detail}); ask the platform team to change the lock.",
+                )
+        elif given is not None:
+            slot = Slot(given[0], Source.USER, [option.rule])
+            if given[1] != given[0]:
+                slot.requested = given[1]
+            if from_env is not None:
+                slot.rules += env_rules
+                state.emit(
+                    Code.ENV_OVERRIDDEN,
+                    name,
+                    option.env_rule,
+                    f"{option.env} is set but the explicit {name} {show(given[0])} wins; "
+                    f"remove one of them to avoid confusion.",
+                )
+        elif from_env is not None:
+            slot = Slot(from_env, Source.ENV, [option.rule, *env_rules], env_var=option.env)
+            state.emit(
+                Code.FROM_ENV,
+                name,
+                option.env_rule,
+                f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
+            )
+        elif name in layer.defaults:
+            entry = layer.defaults[name]
+            value = _policy_value(state, view, entry)
+            if value is None:
+                continue
+            slot = Slot(value, Source.POLICY, [option.rule], detail=entry.detail)
+            slot.all_products = entry.all_products
+        elif view.default is not None:
+            default = view.default
+            slot = Slot(default.value, view.default_source, [default.rule])
+            if view.range is not None and view.range.rule != default.rule:
+                slot.rules.append(view.range.rule)
+        else:
+            if view.undocumented and view.acts:
+                state.undocumented[name] = option.defaults[0].rule
+            continue
+        state.slots[name] = slot
+
+
+def _gates(state: State) -> None:
+    """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
+    for name in list(state.slots):
+        view = state.view[name]
+        option = view.option
+        if option.unsupported_version:
+            state.drop(
+                name,
+                Code.DROPPED_UNSUPPORTED_VERSION,
+                option.unsupported_rule,
+                f"{name} is not supported in this version (source 900) and has no effect; "
+                "remove it.",
+            )
+        elif not view.product_ok:
+            state.drop(
+                name,
+                Code.DROPPED_UNSUPPORTED_PRODUCT,
+                option.products_rule,
+                f"{name} does not exist on {state.pid} (only {', '.join(sorted(option.products or ()))}); "
+                "remove it for this product.",
+            )
+        elif not view.mode_ok:
+            mode = "online inference (graph_run_mode 0)" if option.mode is Mode.INFERENCE else (
+                "training (graph_run_mode 1)"
+            )
+            state.drop(
+                name,
+                Code.DROPPED_UNSUPPORTED_MODE,
+                option.mode_rule,
+                f"{name} only acts in {mode}; remove it for this mode.",
+            )
+        else:
+            _value_gate(state, name, view)
+
+
+def _value_gate(state: State, name: str, view: OptionView) -> None:
+    slot = state.slots[name]
+    gate = view.blocked_values.get(slot.value) if view.blocked_values else None
+    if gate is None:
+        return
+    if not slot.is_set:
+        del state.slots[name]
+        return
+    if gate.unsupported_version:
+        why = "is not supported in this version (source 900)"
+    elif gate.mode is not None and gate.mode is not state.mode:
+        why = f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
+    else:
+        why = f"is not supported on {state.pid}"
+    state.refuse(name, Code.UNSUPPORTED_VALUE, gate.rule, f"{name} {show(slot.value)} {why}; choose another value.")
+
+
+def _undocumented(state: State) -> None:
+    for name, rule in state.undocumented.items():
+        if name in state.view:
+            state.emit(
+                Code.UNDOCUMENTED,
+                name,
+                rule,
+                f"the source gives no default for {name} on {state.pid} in {state.mode.value}; "
+                "it stays unset unless you set it.",
+            )
+
+
+def _provenance(slot: Slot) -> Provenance:
+    return Provenance(
+        source=slot.source,
+        rules=tuple(dict.fromkeys(slot.rules)),
+        requested=slot.requested,
+        env_var=slot.env_var,
+        detail=slot.detail,
+    )
+
+
+def resolve(
+    request: ResolveRequest,
+    *,
+    catalog: Catalog = CATALOG,
+    policy: PolicyLike | None = None,
+) -> Resolution:
+    """Resolve one request. Never raises on caller input: problems are diagnostics."""
+    policy_version = policy.version if policy is not None else ""
+    pid = product_id(request.product) if isinstance(request.product, str) else None
+    if pid is None:
+        return _failed("", _unknown_product(str(request.product)), catalog, policy_version)
+    profile = request.profile or DEFAULT_PROFILE
+    layer: PolicyLayer | None = _EMPTY_LAYER
+    if policy is not None:
+        layer = policy.layer(profile, pid)
+    elif profile != DEFAULT_PROFILE:
+        layer = None
+    if layer is None:
+        known = policy.profile_names() if policy is not None else ()
+        return _failed(request.product, _unknown_profile(profile, known), catalog, policy_version)
+
+    probe = State(pid, Mode.TRAINING, catalog.view(pid, Mode.TRAINING), request.env,
+                  request.strict, request.workdir)
+    explicit = _read_config(request, probe, catalog)
+    mode = _mode(explicit, layer)
+    state = probe
+    if mode is not Mode.TRAINING:
+        state = State(pid, mode, catalog.view(pid, mode), request.env, request.strict,
+                      request.workdir, diagnostics=probe.diagnostics)
+    env_values = _read_env(state, catalog)
+    _precedence(state, explicit, env_values, layer)
+    for rule in CROSS_RULES:
+        if rule.stage is Stage.DEFAULTS:
+            rule.apply(state)
+    _undocumented(state)
+    _gates(state)
+    for stage in _STAGES_AFTER_GATES:
+        for rule in CROSS_RULES:
+            if rule.stage is stage:
+                rule.apply(state)
+        if stage is Stage.DERIVED:
+            apply_content_rules(state, request.attachments)
+    paths = effective_paths(state)
+    options = {name: slot.value for name, slot in state.slots.items()}
+    ok = not any(d.severity is Severity.ERROR for d in state.diagnostics)
+    return Resolution(
+        ok=ok,
+        product=pid,
+        options=options,
+        provenance={name: _provenance(slot) for name, slot in state.slots.items()},
+        diagnostics=tuple(state.diagnostics),
+        paths=paths,
+        catalog_version=catalog.version,
+        policy_version=policy_version,
+        fingerprint=fingerprint(pid, options),
+    )

@@ -1,0 +1,132 @@
+"""The working state of one resolution: effective values so far, and the diagnostics.
+
+The pipeline stages and the cross-option rules act on it through a few verbs (drop, force,
+conflict, note) so that severity, `strict` and provenance are handled in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ._catalog import View
+from ._model import CODE_SEVERITY, DROP_CODES, JSON, Code, Diagnostic, Severity, Source, unset
+from ._products import BY_ID, Family
+from ._schema import Mode
+
+SET_SOURCES: Final = frozenset({Source.USER, Source.ENV, Source.POLICY, Source.POLICY_LOCKED})
+"""Values a caller or the policy chose (warnings are about these, never about defaults)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntry:
+    """One policy value with where it was written (for provenance `detail`)."""
+
+    value: JSON
+    detail: str
+    all_products: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyLayer:
+    """The policy as it applies to one profile and one product."""
+
+    locked: Mapping[str, PolicyEntry]
+    defaults: Mapping[str, PolicyEntry]
+
+
+class PolicyLike(Protocol):
+    """What the resolver needs of a policy: its version and a layer per profile and product."""
+
+    @property
+    def version(self) -> str: ...
+
+    def layer(self, profile: str, product: str) -> PolicyLayer | None: ...
+
+    def profile_names(self) -> tuple[str, ...]: ...
+
+
+@dataclass(slots=True)
+class Slot:
+    """One option's effective value while the pipeline runs."""
+
+    value: JSON
+    source: Source
+    rules: list[str]
+    requested: JSON = field(default_factory=unset)
+    env_var: str = ""
+    detail: str = ""
+    all_products: bool = False
+
+    @property
+    def is_set(self) -> bool:
+        return self.source in SET_SOURCES
+
+
+@dataclass(slots=True)
+class State:
+    pid: str
+    mode: Mode
+    view: View
+    env: Mapping[str, str]
+    strict: bool
+    workdir: str
+    slots: dict[str, Slot] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    undocumented: dict[str, str] = field(default_factory=dict)
+    """Options the source gives no default for here, though it does elsewhere."""
+    attachments: dict[str, Any] = field(default_factory=dict)
+    """Parsed attachment content per option (set by the attachment stage)."""
+
+    @property
+    def family(self) -> Family:
+        return BY_ID[self.pid].family
+
+    def value(self, name: str) -> JSON:
+        slot = self.slots.get(name)
+        return None if slot is None else slot.value
+
+    def is_set(self, name: str) -> bool:
+        slot = self.slots.get(name)
+        return slot is not None and slot.is_set
+
+    def emit(
+        self, code: Code, option: str, rule: str, message: str, suggestion: str = ""
+    ) -> None:
+        severity = CODE_SEVERITY[code]
+        if self.strict and (code in DROP_CODES or code is Code.POLICY_LOCKED):
+            severity = Severity.ERROR
+        self.diagnostics.append(Diagnostic(severity, code, option, rule, message, suggestion))
+
+    def drop(self, name: str, code: Code, rule: str, message: str) -> None:
+        """Remove an option; a caller's or the policy's value gets a warning, a default not."""
+        slot = self.slots.pop(name, None)
+        if slot is not None and slot.is_set and not slot.all_products:
+            self.emit(code, name, rule, message)
+
+    def refuse(self, name: str, code: Code, rule: str, message: str) -> None:
+        """An error about the option's value: it leaves the effective config."""
+        self.slots.pop(name, None)
+        self.emit(code, name, rule, message)
+
+    def conflict(self, name: str, rule: str, message: str) -> None:
+        self.refuse(name, Code.CONFLICT, rule, message)
+
+    def force(self, name: str, value: JSON, rule: str, detail: str, message: str) -> None:
+        """A rule overrides the value; the value it replaced goes to provenance."""
+        slot = self.slots.get(name)
+        if slot is None or slot.value == value:
+            if slot is not None and rule not in slot.rules:
+                slot.rules.append(rule)
+            return
+        requested = slot.value if slot.is_set else unset()
+        self.slots[name] = Slot(
+            value, Source.DERIVED, [*slot.rules, rule], requested=requested, detail=detail
+        )
+        self.emit(Code.FORCED, name, rule, message)
+
+    def add_rule(self, name: str, rule: str) -> None:
+        slot = self.slots.get(name)
+        if slot is not None and rule not in slot.rules:
+            slot.rules.append(rule)

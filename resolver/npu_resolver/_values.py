@@ -1,0 +1,184 @@
+"""Parse one value per its option's type, range and grammar (resolution step 3).
+
+A value of the right meaning in another JSON form is accepted with a NORMALIZED note; anything
+else is an INVALID_VALUE or OUT_OF_RANGE error naming the option, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from ._catalog import OptionView
+from ._model import JSON, Code
+from ._schema import Option, OptType
+
+MAX_OBJECT_DEPTH: Final = 32
+MAX_SHOWN: Final = 60
+_INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+_TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
+_FALSE: Final = frozenset({"false", "False", "FALSE", "0"})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a value was refused or how it was read; the pipeline turns it into a diagnostic."""
+
+    code: Code
+    rule: str
+    message: str
+    suggestion: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    value: JSON
+    note: Problem | None = None
+    """A NORMALIZED note when the value was accepted in another form."""
+
+
+def show(value: JSON) -> str:
+    """A value as the caller wrote it, cut short for messages."""
+    text = repr(value) if isinstance(value, str) else _json_text(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def _json_text(value: JSON) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{...}" if value else "{}"
+    if isinstance(value, list):
+        return "[...]" if value else "[]"
+    return str(value)
+
+
+def _too_deep(value: JSON) -> bool:
+    """Iterative depth check: a pass-through object must not be nested without bound."""
+    stack: list[tuple[JSON, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_OBJECT_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def _invalid(option: Option, value: JSON, expected: str, suggestion: str = "") -> Problem:
+    return Problem(
+        Code.INVALID_VALUE,
+        option.rule,
+        f"{option.name} {show(value)} is not {expected}; set {expected}.",
+        suggestion,
+    )
+
+
+def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
+    """The value in the option's own type, and whether it had to be converted."""
+    kind = option.type
+    if kind is OptType.INT:
+        if isinstance(raw, bool):
+            return _invalid(option, raw, "an integer")
+        if isinstance(raw, int):
+            return raw, False
+        if isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
+            return int(raw), True
+        if isinstance(raw, str) and _INT_TEXT.fullmatch(raw.strip()):
+            return int(raw.strip()), True
+        return _invalid(option, raw, "an integer")
+    if kind is OptType.BOOL:
+        if isinstance(raw, bool):
+            return raw, False
+        if isinstance(raw, int | float) and raw in (0, 1):
+            return bool(raw), True
+        if isinstance(raw, str) and raw.strip() in _TRUE | _FALSE:
+            return raw.strip() in _TRUE, True
+        return _invalid(option, raw, "true or false")
+    if kind in (OptType.STR, OptType.PATH):
+        if isinstance(raw, str):
+            return raw, False
+        if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
+            return str(raw).lower(), True
+        if kind is OptType.STR and isinstance(raw, int) and not isinstance(raw, bool):
+            return str(raw), True
+        return _invalid(option, raw, "a string")
+    if kind is OptType.OBJECT:
+        if not isinstance(raw, dict):
+            return _invalid(option, raw, "a config object")
+        if _too_deep(raw):
+            return _invalid(option, "{...}", f"an object nested at most {MAX_OBJECT_DEPTH} deep")
+        return raw, False
+    if _too_deep(raw):
+        return _invalid(option, "...", f"a value nested at most {MAX_OBJECT_DEPTH} deep")
+    return raw, False
+
+
+def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
+    words = [str(c) for c in choices]
+    text = str(value)
+    for word in words:
+        if word.lower() == text.lower():
+            return word
+    close = difflib.get_close_matches(text, words, n=1, cutoff=0.5)
+    return close[0] if close else ""
+
+
+def parse(
+    view: OptionView, raw: JSON, *, product: str, from_text: bool = False
+) -> Parsed | Problem:
+    """Parse a caller's (or an env var's, `from_text`) value for one product's view."""
+    option = view.option
+    coerced = _coerce(option, raw)
+    if isinstance(coerced, Problem):
+        return coerced
+    value, converted = coerced
+    note: Problem | None = None
+    if converted and not from_text:
+        note = Problem(
+            Code.NORMALIZED,
+            option.rule,
+            f"{option.name} {show(raw)} was read as {show(value)}; write {show(value)}.",
+        )
+    if option.aliases and value in option.aliases:
+        canonical = option.aliases[value]
+        note = Problem(
+            Code.NORMALIZED,
+            option.aliases_rule,
+            f"{option.name} {show(value)} is the old name of {show(canonical)}; "
+            f"write {show(canonical)}.",
+        )
+        value = canonical
+    if option.choices and value not in option.choices:
+        listed = ", ".join(show(c) for c in option.choices)
+        return Problem(
+            Code.INVALID_VALUE,
+            option.rule,
+            f"{option.name} {show(value)} is not one of {listed}; pick one of them.",
+            _closest(value, option.choices),
+        )
+    rng = view.range
+    if rng is not None and isinstance(value, int) and not rng.contains(value):
+        return Problem(
+            Code.OUT_OF_RANGE,
+            rng.rule,
+            f"{option.name} {value} is outside {rng.text()} on {product}; "
+            "use a value in that range.",
+        )
+    if option.validator is not None and isinstance(value, str):
+        reason = option.validator(value)
+        if reason is not None:
+            return Problem(
+                Code.INVALID_VALUE,
+                option.validator_rule,
+                f"{option.name} {show(value)} is malformed: {reason}.",
+            )
+    return Parsed(value, note)

@@ -1,0 +1,310 @@
+"""What every attachment parser shares: the issue record, decoding, word matching and lines.
+
+Parsers report problems as data (ParseIssue), never as exceptions, so one bad file becomes a
+diagnostic instead of a failed request. Nothing here opens a file or evaluates its content.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+MAX_ATTACHMENT_BYTES: Final = 1024 * 1024
+"""Largest attachment accepted, in UTF-8 bytes: bounds the work one request can cause."""
+
+MAX_ISSUES: Final = 100
+"""Issues kept per file; a file of garbage must not produce a million diagnostics."""
+
+_LONGEST_WORD_TO_MATCH: Final = 64
+_SHOWN_CHARS: Final = 40
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class ParseIssue:
+    """One problem in an attachment, or with normalized=True one accepted oddity (INFO)."""
+
+    line: int
+    column: int
+    message: str
+    suggestion: str = ""
+    rule: str = ""
+    normalized: bool = False
+
+    @property
+    def is_error(self) -> bool:
+        """True when the file breaks its format, False for an accepted-but-nonstandard note."""
+        return not self.normalized
+
+
+def where(line: int, column: int) -> str:
+    """The 'line 3, column 7: ' prefix of a message; empty parts are left out."""
+    if line and column:
+        return f"line {line}, column {column}: "
+    if line:
+        return f"line {line}: "
+    if column:
+        return f"column {column}: "
+    return ""
+
+
+def show(word: str) -> str:
+    """Quote a word from the file for a message, escaped and cut short if it is long."""
+    if len(word) > _SHOWN_CHARS:
+        return repr(word[:_SHOWN_CHARS]) + "..."
+    return repr(word)
+
+
+def closest(word: str, choices: Sequence[str]) -> str:
+    """The valid word the user most likely meant, or "" when none is close."""
+    if not word or len(word) > _LONGEST_WORD_TO_MATCH:
+        return ""
+    folded = {choice.casefold(): choice for choice in choices}
+    key = word.casefold()
+    if key in folded:
+        return folded[key]
+    matches = difflib.get_close_matches(key, list(folded), n=1)
+    return folded[matches[0]] if matches else ""
+
+
+def line_and_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset, counting lines by '\\n' as JSON does."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+class Issues:
+    """Collects one parser's issues, keeping at most MAX_ISSUES so hostile input stays cheap."""
+
+    __slots__ = ("_items", "_omitted_errors", "_omitted_notes", "rule")
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+        self._items: list[ParseIssue] = []
+        self._omitted_errors = 0
+        self._omitted_notes = 0
+
+    @property
+    def has_errors(self) -> bool:
+        return self._omitted_errors > 0 or any(item.is_error for item in self._items)
+
+    def _full(self, *, error: bool) -> bool:
+        if len(self._items) < MAX_ISSUES:
+            return False
+        if error:
+            self._omitted_errors += 1
+        else:
+            self._omitted_notes += 1
+        return True
+
+    def error(
+        self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
+    ) -> None:
+        """Record a break of the format."""
+        if not self._full(error=True):
+            issue = ParseIssue(line, column, where(line, column) + text, suggestion, rule or self.rule)
+            self._items.append(issue)
+
+    def note(
+        self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
+    ) -> None:
+        """Record input that is accepted but not as the source writes it (INFO)."""
+        if not self._full(error=False):
+            issue = ParseIssue(
+                line, column, where(line, column) + text, suggestion, rule or self.rule, True
+            )
+            self._items.append(issue)
+
+    def unknown(
+        self,
+        line: int,
+        column: int,
+        kind: str,
+        word: str,
+        choices: Sequence[str],
+        *,
+        rule: str | None = None,
+    ) -> None:
+        """Record a word that is not one of `choices`, naming the closest one."""
+        if self._full(error=True):
+            return
+        suggestion = closest(word, choices)
+        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        text = f"unknown {kind} {show(word)}{hint}; expected one of {', '.join(choices)}"
+        self.error(line, column, text, suggestion=suggestion, rule=rule)
+
+    def freeze(self) -> tuple[ParseIssue, ...]:
+        """The issues found, plus one closing issue when some had to be left out."""
+        omitted = self._omitted_errors + self._omitted_notes
+        if not omitted:
+            return tuple(self._items)
+        text = f"{omitted} more issue(s) were not listed; only the first {MAX_ISSUES} are"
+        tail = ParseIssue(0, 0, text, rule=self.rule, normalized=not self._omitted_errors)
+        return (*self._items, tail)
+
+
+def frozen_map(items: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only copy, so a parsed result can be shared without being changed."""
+    return MappingProxyType(dict(items))
+
+
+def run_parser(
+    text: object, body: Callable[[str, Issues], R], empty: Callable[..., R], rule: str
+) -> R:
+    """Run a parser body so that no input, however broken, makes it raise.
+
+    A leading byte-order mark is blanked (columns stay true) and noted; any exception, which
+    would be a bug, still comes back as an error issue on an empty result.
+    """
+    issues = Issues(rule)
+    try:
+        if not isinstance(text, str):
+            issues.error(0, 0, f"the attachment must be text, not {type(text).__name__}")
+            return empty(issues=issues.freeze())
+        if text.startswith("\ufeff"):
+            issues.note(1, 1, "the byte-order mark at the start of the file was ignored")
+            text = " " + text[1:]
+        return body(text, issues)
+    except Exception as exc:
+        issues.error(0, 0, f"the file could not be parsed ({type(exc).__name__})")
+        return empty(issues=issues.freeze())
+
+
+def decode_attachment(data: bytes | str) -> tuple[str | None, ParseIssue | None]:
+    """Turn an attachment into text, refusing anything over 1 MiB or not valid UTF-8.
+
+    The limit bounds the work per request; bad UTF-8 is refused rather than guessed at because
+    a mis-decoded op name would be silently wrong.
+    """
+    if isinstance(data, str):
+        return _check_text(data)
+    if isinstance(data, bytearray | memoryview):
+        data = bytes(data)
+    if not isinstance(data, bytes):
+        return None, ParseIssue(
+            0, 0, f"an attachment must be bytes or text, not {type(data).__name__}"
+        )
+    if len(data) > MAX_ATTACHMENT_BYTES:
+        return None, _too_large()
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[line_start : exc.start].decode("utf-8", "replace")) + 1
+        text = (
+            f"the attachment is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); save the file as UTF-8"
+        )
+        return None, ParseIssue(line, column, where(line, column) + text)
+
+
+def _check_text(text: str) -> tuple[str | None, ParseIssue | None]:
+    if len(text) > MAX_ATTACHMENT_BYTES:
+        return None, _too_large()
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        line, column = line_and_column(text, bad.start())
+        message = (
+            f"the text holds a lone surrogate (U+{ord(bad.group()):04X}), which is not valid "
+            "Unicode and cannot be UTF-8"
+        )
+        return None, ParseIssue(line, column, where(line, column) + message)
+    if len(text.encode("utf-8")) > MAX_ATTACHMENT_BYTES:
+        return None, _too_large()
+    return text, None
+
+
+def _too_large() -> ParseIssue:
+    return ParseIssue(
+        0,
+        0,
+        f"the attachment is larger than the limit of {MAX_ATTACHMENT_BYTES:,} bytes (1 MiB) "
+        "of UTF-8; only the options' own files belong here",
+    )
+
+
+# Line-based formats (.cfg, .ini) ------------------------------------------------------------
+
+
+def content_lines(text: str) -> Iterator[tuple[int, str, int]]:
+    """Yield (line number, stripped line, column of its first character) for each line.
+
+    Lines split on '\\n' only (a trailing '\\r' is dropped) so numbers agree with editors and
+    with the JSON decoder.
+    """
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        body = line.lstrip()
+        yield number, body.rstrip(), len(line) - len(body) + 1
+
+
+def split_items(text: str, column: int, sep: str = ",") -> list[tuple[str, int]]:
+    """Split `text` (starting at `column`) on `sep`; each item is stripped, with its column."""
+    items: list[tuple[str, int]] = []
+    start = column
+    for part in text.split(sep):
+        body = part.lstrip()
+        items.append((body.rstrip(), start + len(part) - len(body)))
+        start += len(part) + len(sep)
+    return items
+
+
+def split_pair(body: str, column: int, sep: str = "=") -> tuple[str, str, int] | None:
+    """Split 'key = value' into (key, value, value's column), or None when `sep` is missing."""
+    key, found, rest = body.partition(sep)
+    if not found:
+        return None
+    value = rest.lstrip()
+    return key.rstrip(), value.rstrip(), column + len(key) + len(sep) + len(rest) - len(value)
+
+
+def remember(
+    issues: Issues,
+    seen: dict[str, tuple[V, int]],
+    key: str,
+    value: V,
+    where_: tuple[int, int],
+    what: str,
+) -> None:
+    """Keep the first setting of `key`; a repeat is a note if equal, else an error.
+
+    The source never says which of two settings wins, so a conflicting repeat cannot be
+    resolved and is refused; an identical one is harmless.
+    """
+    line, column = where_
+    earlier = seen.get(key)
+    if earlier is None:
+        seen[key] = (value, line)
+    elif earlier[0] == value:
+        issues.note(line, column, f"{what} {show(key)} repeats line {earlier[1]}; ignored")
+    else:
+        issues.error(
+            line,
+            column,
+            f"{what} {show(key)} is set again with a different value (first on line "
+            f"{earlier[1]}); the source does not say which one wins",
+        )
+
+
+def note_name_over_type(
+    issues: Issues, by_name: Mapping[str, tuple[V, int]], by_type: Mapping[str, tuple[V, int]]
+) -> None:
+    """Note keys given both as a node name and as an op type: the name wins for that node."""
+    for key, (_, line) in by_name.items():
+        both = by_type.get(key)
+        if both is not None:
+            issues.note(
+                line,
+                0,
+                f"{show(key)} is set both by node name and by op type (line {both[1]}); "
+                "for the node of that name the by-name setting wins",
+            )

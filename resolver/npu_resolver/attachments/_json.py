@@ -1,0 +1,255 @@
+"""JSON loading and shape checks shared by the aoe, mixlist and fusion-switch parsers.
+
+json.loads gives values without positions, so a problem found later is placed by a second,
+linear scan of the text, done only when an issue needs a position or a key repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from json.decoder import scanstring
+from typing import Final
+
+from ._common import Issues, line_and_column, show
+
+Path = tuple[str | int, ...]
+"""Where a value sits: object keys and list indexes from the root."""
+
+_MAX_TRACKED_DEPTH: Final = 4
+_WS: Final = re.compile(r"[ \t\n\r]*")
+_TOKEN: Final = re.compile(r'["{}\[\],]')
+_STRING_OR_COMMENT: Final = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*')
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The offset of the first non-whitespace character (JSON's own four) from `pos`."""
+    match = _WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def describe(path: Path) -> str:
+    """A path for a message: 'Switch' > 'GraphFusion' > item 2."""
+    if not path:
+        return "the top level"
+    return " > ".join(show(part) if isinstance(part, str) else f"item {part + 1}" for part in path)
+
+
+def kind(value: object) -> str:
+    """The JSON type of a value, for messages such as 'must be a list, not a number'."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true/false"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+@dataclass(slots=True)
+class _Frame:
+    path: Path | None
+    keys: set[str] | None
+    key: str = ""
+    index: int = 0
+
+
+@dataclass(slots=True)
+class _Layout:
+    """Offsets of keys (for object members) and items (for list items) near the root."""
+
+    offsets: dict[Path, int] = field(default_factory=dict)
+    repeated: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _scan(text: str) -> _Layout:
+    """One pass over valid JSON, recording where shallow values are and which keys repeat."""
+    layout = _Layout()
+    stack: list[_Frame] = []
+    pos = _skip_space(text, 0)
+    layout.offsets[()] = pos
+
+    def child(frame: _Frame | None) -> Path | None:
+        if frame is None:
+            return ()
+        if frame.path is None or len(frame.path) >= _MAX_TRACKED_DEPTH:
+            return None
+        return (*frame.path, frame.key if frame.keys is not None else frame.index)
+
+    def item_at(frame: _Frame, after: int) -> None:
+        start = _skip_space(text, after)
+        path = child(frame)
+        if path is not None and start < len(text) and text[start] != "]":
+            layout.offsets.setdefault(path, start)
+
+    while (token := _TOKEN.search(text, pos)) is not None:
+        char, at, pos = token.group(), token.start(), token.end()
+        top = stack[-1] if stack else None
+        if char == '"':
+            name, pos = scanstring(text, at + 1, True)
+            after = _skip_space(text, pos)
+            if top is not None and top.keys is not None and text.startswith(":", after):
+                top.key = name
+                if name in top.keys:
+                    layout.repeated.append((name, at))
+                top.keys.add(name)
+                path = child(top)
+                if path is not None:
+                    layout.offsets.setdefault(path, at)
+        elif char in "{[":
+            frame = _Frame(child(top), set() if char == "{" else None)
+            stack.append(frame)
+            if char == "[":
+                item_at(frame, pos)
+        elif char in "}]":
+            if stack:
+                stack.pop()
+        elif top is not None and top.keys is None:
+            top.index += 1
+            item_at(top, pos)
+    return layout
+
+
+class JsonDoc:
+    """A parsed JSON object plus the means to report issues at a value's line and column."""
+
+    __slots__ = ("_layout", "issues", "text", "value")
+
+    def __init__(self, text: str, value: dict[str, object], issues: Issues) -> None:
+        self.text = text
+        self.value = value
+        self.issues = issues
+        self._layout: _Layout | None = None
+
+    def layout(self) -> _Layout:
+        if self._layout is None:
+            self._layout = _scan(self.text)
+        return self._layout
+
+    def position(self, path: Path) -> tuple[int, int]:
+        """Line and column of the value at `path`, or of its nearest recorded parent."""
+        offsets = self.layout().offsets
+        for end in range(len(path), -1, -1):
+            offset = offsets.get(path[:end])
+            if offset is not None:
+                return line_and_column(self.text, offset)
+        return 0, 0
+
+    def error(self, path: Path, text: str, *, suggestion: str = "", rule: str | None = None) -> None:
+        line, column = self.position(path)
+        self.issues.error(line, column, text, suggestion=suggestion, rule=rule)
+
+    def note(self, path: Path, text: str, *, rule: str | None = None) -> None:
+        line, column = self.position(path)
+        self.issues.note(line, column, text, rule=rule)
+
+    def unknown(
+        self, path: Path, what: str, word: str, choices: Sequence[str], *, rule: str | None = None
+    ) -> None:
+        line, column = self.position(path)
+        self.issues.unknown(line, column, what, word, choices, rule=rule)
+
+    def check_keys(
+        self, path: Path, obj: dict[str, object], allowed: Sequence[str], *, rule: str | None = None
+    ) -> None:
+        """Report each key of `obj` that is not in `allowed`, with the closest allowed one."""
+        for key in obj:
+            if key not in allowed:
+                self.unknown((*path, key), f"key in {describe(path)}", key, allowed, rule=rule)
+
+    def object(self, path: Path, value: object, *, rule: str | None = None) -> dict[str, object]:
+        """`value` if it is an object, else {} after an issue naming the path."""
+        if isinstance(value, dict):
+            return value
+        self.error(path, f"{describe(path)} must be an object, not {kind(value)}", rule=rule)
+        return {}
+
+    def strings(self, path: Path, value: object, *, rule: str | None = None) -> tuple[str, ...]:
+        """The non-empty strings of a list of strings; everything else is an issue."""
+        if not isinstance(value, list):
+            self.error(
+                path, f"{describe(path)} must be a list of strings, not {kind(value)}", rule=rule
+            )
+            return ()
+        kept: list[str] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                self.error(
+                    (*path, index),
+                    f"{describe((*path, index))} must be a string, not {kind(item)}",
+                    rule=rule,
+                )
+            elif not item.strip():
+                self.error((*path, index), f"{describe((*path, index))} is empty", rule=rule)
+            else:
+                kept.append(item)
+        return tuple(kept)
+
+
+def _blank_comments(text: str) -> tuple[str, int | None]:
+    """Replace '//' comments outside strings by spaces; positions are kept for later issues."""
+    parts: list[str] = []
+    first: int | None = None
+    done = 0
+    for match in _STRING_OR_COMMENT.finditer(text):
+        if match.group().startswith("//"):
+            first = match.start() if first is None else first
+            parts.append(text[done : match.start()])
+            parts.append(" " * (match.end() - match.start()))
+            done = match.end()
+    if first is None:
+        return text, None
+    parts.append(text[done:])
+    return "".join(parts), first
+
+
+def load_object(text: str, issues: Issues, *, allow_comments: bool = False) -> JsonDoc | None:
+    """Parse `text` as one JSON object, or return None after an issue saying why not.
+
+    Repeated keys are errors (JSON would keep only the last); with `allow_comments`, '//'
+    comments are accepted with a note because the source's own example carries them.
+    """
+    comment_at = None
+    if allow_comments:
+        text, comment_at = _blank_comments(text)
+    repeated = False
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        nonlocal repeated
+        value = dict(items)
+        repeated = repeated or len(value) != len(items)
+        return value
+
+    try:
+        # Numbers are never valid values in these files; float() avoids int's digit-limit error.
+        value: object = json.loads(text, object_pairs_hook=pairs, parse_int=float)
+    except json.JSONDecodeError as exc:
+        issues.error(exc.lineno, exc.colno, f"invalid JSON: {exc.msg}")
+        return None
+    except (RecursionError, ValueError) as exc:
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        issues.error(0, 0, f"invalid JSON: {reason}")
+        return None
+    if comment_at is not None:
+        line, column = line_and_column(text, comment_at)
+        issues.note(
+            line,
+            column,
+            "'//' comments are not standard JSON; they were ignored, as in the source's example",
+        )
+    if not isinstance(value, dict):
+        line, column = line_and_column(text, _skip_space(text, 0))
+        issues.error(line, column, f"the file must hold a JSON object {{...}}, not {kind(value)}")
+        return None
+    doc = JsonDoc(text, value, issues)
+    if repeated:
+        for key, offset in doc.layout().repeated:
+            line, column = line_and_column(text, offset)
+            issues.error(line, column, f"key {show(key)} appears twice in the same object")
+    return doc

@@ -1,0 +1,1 @@
+"""gRPC server for the resolver."""
