@@ -14,7 +14,10 @@ from ._model import (
     Severity,
     Source,
 )
+from ._describe import describe_catalog, describe_option, list_products
+from ._diff import DiffCell, DiffResult, DiffRow, diff
 from ._pipeline import fingerprint, resolve
+from ._policy import Policy, PolicyError, load_policy, parse_policy
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
 
@@ -26,6 +29,11 @@ __all__ = [
     "CatalogError",
     "Code",
     "Diagnostic",
+    "DiffCell",
+    "DiffResult",
+    "DiffRow",
+    "Policy",
+    "PolicyError",
     "PolicyEntry",
     "PolicyLayer",
     "PolicyLike",
@@ -35,7 +43,13 @@ __all__ = [
     "Resolution",
     "Severity",
     "Source",
+    "describe_catalog",
+    "describe_option",
+    "diff",
     "fingerprint",
+    "list_products",
+    "load_policy",
+    "parse_policy",
     "product_id",
     "resolve",
 ]

@@ -1,0 +1,283 @@
+"""`npu-resolve`: resolve, explain, diff and serve from the command line.
+
+Exit status: 0 resolved; 1 the request has errors (the report is still printed); 2 usage error
+or unreadable input; 3 server unreachable. The CLI holds no rule: it reads input, calls a
+transport, and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, NoReturn
+
+from .._catalog import CATALOG
+from .._model import JSON, ResolveRequest, Resolution
+from .._policy import Policy, PolicyError, load_policy
+from .._schema import OptType
+from ._explain import render_diff, render_explain, render_products
+from ._render import FORMATS, NAMED_ENV_VARS, render_env, render_json, render_python, render_table
+from ._transport import InProcess, Remote, Transport, Unreachable
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
+
+
+class UsageError(Exception):
+    """Bad arguments or unreadable input (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{flag} expects NAME=VALUE, got {item!r}")
+        pairs.append((name.strip(), value))
+    return pairs
+
+
+def _typed(name: str, text: str) -> JSON:
+    """A --set value in the option's own type, so that typing it is not 'normalizing' it."""
+    option = CATALOG.by_name.get(name)
+    if option is None or option.type in (OptType.STR, OptType.PATH):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        if option.type is OptType.BOOL and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        return text
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read(MAX_INPUT_BYTES + 1)
+        file = Path(path)
+        if file.stat().st_size > MAX_INPUT_BYTES:
+            raise UsageError(f"{what} {path} is larger than {MAX_INPUT_BYTES} bytes")
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc}") from exc
+
+
+def _read_config(path: str | None) -> dict[str, JSON]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(_read_text(path, "config"))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"config {path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"config {path} must be a JSON object of option name to value")
+    return data
+
+
+def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str, str]:
+    from ..attachments import FORMATS as ATTACHMENT_FORMATS
+
+    attached: dict[str, str] = {}
+    if args.read_files:
+        for option in ATTACHMENT_FORMATS:
+            path = config.get(option)
+            if isinstance(path, str) and Path(path).is_file():
+                attached[option] = _read_text(path, f"{option} file")
+    for option, path in _pairs(args.attach, "--attach"):
+        if option not in ATTACHMENT_FORMATS:
+            known = ", ".join(ATTACHMENT_FORMATS)
+            raise UsageError(f"--attach {option}: only these options name a file: {known}")
+        attached[option] = _read_text(path, f"{option} file")
+    return attached
+
+
+def _request(args: argparse.Namespace) -> ResolveRequest:
+    config = _read_config(args.config)
+    for name, value in _pairs(args.set, "--set"):
+        config[name] = _typed(name, value)
+    env: dict[str, str] = {}
+    if args.inherit_env:
+        env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
+    env.update(dict(_pairs(args.env, "--env")))
+    return ResolveRequest(
+        product=args.product,
+        config=config,
+        env=env,
+        workdir=args.workdir or "",
+        profile=args.profile or "",
+        strict=args.strict,
+        validate_only=getattr(args, "validate_only", False),
+        attachments=_attachments(args, config),
+    )
+
+
+def _policy(path: str | None) -> Policy | None:
+    if path is None:
+        return None
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        raise UsageError(f"policy refused: {exc}") from exc
+
+
+def _transport(args: argparse.Namespace) -> Transport:
+    server = getattr(args, "server", None)
+    if server:
+        if getattr(args, "policy", None):
+            raise UsageError("--policy is for in-process resolution; the server has its own")
+        return Remote(server)
+    return InProcess(_policy(getattr(args, "policy", None)))
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    request = _request(args)
+    result: Resolution = _transport(args).resolve(request)
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    renderers = {
+        "json": lambda: render_json(result),
+        "table": lambda: render_table(result, colour=colour),
+        "python": lambda: render_python(result),
+        "env": lambda: render_env(result, request.env),
+    }
+    _print(renderers[args.format]())
+    return EXIT_OK if result.ok else EXIT_ERRORS
+
+
+def _cmd_products(args: argparse.Namespace) -> int:
+    products = _transport(args).products()
+    _print(json.dumps(products, indent=2, ensure_ascii=False) if args.json else render_products(products))
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    if args.option not in CATALOG:
+        hint = CATALOG.suggest(args.option)
+        raise UsageError(f"unknown option {args.option!r}" + (f"; did you mean {hint!r}?" if hint else ""))
+    try:
+        _print(render_explain(args.option, args.product, as_json=args.json))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    if len(args.product) < 2:
+        raise UsageError("diff needs at least two --product")
+    request = _request(args)
+    result = _transport(args).diff(request, args.product)
+    _print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json else render_diff(result, args.all))
+    return EXIT_OK if all(r.ok for r in result.results.values()) else EXIT_ERRORS
+
+
+def _cmd_policy(args: argparse.Namespace) -> int:
+    if args.policy_command == "check":
+        try:
+            policy = load_policy(args.file)
+        except PolicyError as exc:
+            _print(f"policy {args.file} refused:")
+            for problem in exc.problems:
+                _print(f"  - {problem}")
+            return EXIT_ERRORS
+        _print(json.dumps(policy.summary(), indent=2, ensure_ascii=False))
+        return EXIT_OK
+    shown = _transport(args).policy()
+    _print(json.dumps(shown, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _serve(argv: Sequence[str]) -> int:
+    """`serve` belongs to the server package; loaded only here so other commands stay light."""
+    from npu_resolver_server import main as server_main
+
+    return server_main(list(argv))
+
+
+def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = False) -> None:
+    if multi_product:
+        parser.add_argument("--product", action="append", required=True, help="product id or alias (repeat)")
+    else:
+        parser.add_argument("--product", required=True, help="product id or alias, e.g. atlas-a2")
+    parser.add_argument("--config", help="JSON file of option name to value, or - for stdin")
+    parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="set one option")
+    parser.add_argument("--env", action="append", metavar="NAME=VALUE", help="the job's environment")
+    parser.add_argument("--inherit-env", action="store_true", help="add the named variables from this environment")
+    parser.add_argument("--workdir", help="the job's working directory (paths keep <workdir> without it)")
+    parser.add_argument("--profile", help="policy profile (default: default)")
+    parser.add_argument("--policy", help="policy TOML file (in-process only)")
+    parser.add_argument("--strict", action="store_true", help="options that would be dropped are errors")
+    parser.add_argument("--attach", action="append", metavar="OPTION=FILE", help="attach the file an option names")
+    parser.add_argument("--read-files", action="store_true", help="attach every file the config names that exists here")
+    parser.add_argument("--server", metavar="HOST:PORT", help="resolve through a running server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="npu-resolve", description="Resolve an Ascend NPURunConfig before launch.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    resolve = sub.add_parser("resolve", help="resolve a config for one product")
+    _resolve_arguments(resolve)
+    resolve.add_argument("--format", choices=FORMATS, default="table")
+    resolve.add_argument("--validate-only", action="store_true", help="report only (through a server: status OK)")
+    resolve.set_defaults(func=_cmd_resolve)
+
+    products = sub.add_parser("products", help="list the products and their aliases")
+    products.add_argument("--json", action="store_true")
+    products.add_argument("--server", metavar="HOST:PORT")
+    products.set_defaults(func=_cmd_products)
+
+    explain = sub.add_parser("explain", help="what the source says about one option")
+    explain.add_argument("option")
+    explain.add_argument("--product", help="only this product")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(func=_cmd_explain)
+
+    diff = sub.add_parser("diff", help="one config across several products")
+    _resolve_arguments(diff, multi_product=True)
+    diff.add_argument("--all", action="store_true", help="show equal rows too")
+    diff.add_argument("--json", action="store_true")
+    diff.set_defaults(func=_cmd_diff)
+
+    policy = sub.add_parser("policy", help="check or show a platform policy")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, parser_class=_Parser)
+    check = policy_sub.add_parser("check", help="validate a policy file")
+    check.add_argument("file")
+    show = policy_sub.add_parser("show", help="the policy in force")
+    show.add_argument("--policy", help="policy TOML file")
+    show.add_argument("--server", metavar="HOST:PORT")
+    policy.set_defaults(func=_cmd_policy)
+
+    serve = sub.add_parser("serve", help="run the gRPC server (see `npu-resolve serve --help`)")
+    serve.add_argument("serve_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        return _serve(argv[1:])
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.func(args)
+        return code
+    except UsageError as exc:
+        sys.stderr.write(f"npu-resolve: {exc}\n")
+        return EXIT_USAGE
+    except Unreachable as exc:
+        sys.stderr.write(f"npu-resolve: server unreachable: {exc}\n")
+        return EXIT_UNREACHABLE
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,113 @@
+"""Text for `products`, `explain` and `diff`: what a person reads at a terminal."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from .._catalog import CATALOG
+from .._describe import describe_option
+from .._diff import DiffResult
+from .._model import JSON
+from .._products import product_id
+from .._rules import RULES
+
+
+@cache
+def source_wording() -> dict[str, str]:
+    """The source's own text per option (shipped with the package)."""
+    text = resources.files("npu_resolver").joinpath("data/source_900.json").read_text("utf-8")
+    data: dict[str, str] = json.loads(text)
+    return data
+
+
+def render_products(products: list[dict[str, Any]]) -> str:
+    lines = []
+    for p in products:
+        lines.append(f"{p['id']:<16} {p['name']}  ({p['family']} family; source: {p['source_name']})")
+        if p["aliases"]:
+            lines.append(f"{'':<16} aliases: {', '.join(p['aliases'])}")
+    return "\n".join(lines)
+
+
+def _value(value: JSON) -> str:
+    return "-" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def render_explain(name: str, product: str | None, *, as_json: bool = False) -> str:
+    pid = None
+    if product:
+        pid = product_id(product)
+        if pid is None:
+            raise ValueError(f"unknown product {product!r}")
+    option = CATALOG.by_name[name]
+    described = describe_option(option, pid)
+    described["source_text"] = source_wording().get(name, "")
+    fmt = _attachment_format(name)
+    if fmt is not None:
+        described["file_format"] = {"title": fmt[0], "description": fmt[1], "example": fmt[2]}
+    if as_json:
+        return json.dumps(described, indent=2, ensure_ascii=False)
+    flags = [f for f in ("deprecated", "experimental", "unsupported_version") if described[f]]
+    lines = [
+        f"{name}  ({described['type']}, {described['section']})" + (f"  [{', '.join(flags)}]" if flags else ""),
+        f"  {described['summary']}",
+    ]
+    if described["env_var"]:
+        lines.append(f"  environment variable: {described['env_var']} (the explicit option wins)")
+    if described["aliases"]:
+        lines.append("  old names: " + ", ".join(f"{k} = {v}" for k, v in described["aliases"].items()))
+    lines.append("")
+    lines.append(f"  {'product':<16} {'acts in':<20} {'default (training / inference)':<34} allowed")
+    for pid_, s in described["products"].items():
+        modes = ", ".join(s["modes"]) if s["supported"] else "not supported"
+        defaults = f"{_value(s['defaults']['training'])} / {_value(s['defaults']['inference'])}"
+        allowed = ", ".join(_value(v) for v in s["allowed_values"])
+        if s["minimum"] is not None or s["maximum"] is not None:
+            low = "(" if s["minimum_exclusive"] else "["
+            allowed = f"{low}{_value(s['minimum'])}, {_value(s['maximum'])}]"
+        blocked = "; not: " + ", ".join(f"{v} ({r})" for v, r in s["unsupported_values"].items())
+        lines.append(
+            f"  {pid_:<16} {modes:<20} {defaults:<34} {allowed or 'any'}"
+            + (blocked if s["unsupported_values"] else "")
+        )
+    lines.append("")
+    lines.append("  rules:")
+    lines += [f"    {rid}  {RULES[rid]}" for rid in described["rules"]]
+    if fmt is not None:
+        lines += ["", f"  file format: {fmt[0]}", f"    {fmt[1]}", "    example:"]
+        lines += [f"      {line}" for line in fmt[2].splitlines()]
+    if described["source_text"]:
+        lines += ["", "  source (NPURunConfig, version 900):", f"    {described['source_text']}"]
+    return "\n".join(lines)
+
+
+def _attachment_format(name: str) -> tuple[str, str, str] | None:
+    from ..attachments import FORMATS
+
+    fmt = FORMATS.get(name)
+    return None if fmt is None else (fmt.title, fmt.description, fmt.example)
+
+
+def render_diff(result: DiffResult, show_all: bool) -> str:
+    rows = result.rows if show_all else result.differing
+    width = max((len(r.option) for r in rows), default=6)
+    cols = [max(24, len(p)) for p in result.products]
+    header = f"{'option':<{width}}  " + "  ".join(f"{p:<{w}}" for p, w in zip(result.products, cols, strict=True))
+    lines = [header]
+    for row in rows:
+        cells = []
+        for pid, w in zip(result.products, cols, strict=True):
+            cell = row.cells.get(pid)
+            text = "(absent)" if cell is None else f"{_value(cell.value)} {cell.source.value}"
+            cells.append(f"{text:<{w}}")
+        lines.append(f"{row.option:<{width}}  " + "  ".join(cells))
+    if not rows:
+        lines.append("(no differences)")
+    for pid, res in result.results.items():
+        errors = [d for d in res.diagnostics if d.severity.value == "ERROR"]
+        for d in errors:
+            lines.append(f"{pid}: ERROR {d.code.value} [{d.rule}] {d.option}: {d.message}")
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""Output formats of `npu-resolve resolve`: json, table, python and env."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from .._model import JSON, Diagnostic, Resolution, Severity, Source
+from .._options import CACHE_ENV_VARS, FLAG_ENV_VARS, OPTIONS, PATH_ENV_VARS
+
+NAMED_ENV_VARS: Final = (
+    *PATH_ENV_VARS,
+    *(o.env for o in OPTIONS if o.env),
+    *CACHE_ENV_VARS,
+    *FLAG_ENV_VARS,
+)
+"""Every environment variable rules.md names: the only ones that matter to a resolution."""
+
+_COLOURS: Final = {
+    Severity.ERROR: "\033[31m",
+    Severity.WARNING: "\033[33m",
+    Severity.INFO: "\033[36m",
+}
+_DIM, _BOLD, _RESET = "\033[2m", "\033[1m", "\033[0m"
+_DEFAULT_SOURCES: Final = frozenset({Source.DEFAULT, Source.PRODUCT_DEFAULT})
+
+
+def render_json(result: Resolution) -> str:
+    return json.dumps(result.to_json(), indent=2, ensure_ascii=False)
+
+
+def _value_text(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+
+
+def _diagnostic_line(d: Diagnostic, colour: bool) -> str:
+    tag = f"{d.severity.value:<7} {d.code.value}"
+    if colour:
+        tag = f"{_COLOURS[d.severity]}{tag}{_RESET}"
+    rule = f" [{d.rule}]" if d.rule else ""
+    hint = f" (suggestion: {d.suggestion})" if d.suggestion else ""
+    return f"  {tag}{rule} {d.option}: {d.message}{hint}"
+
+
+def render_table(result: Resolution, colour: bool = False) -> str:
+    """Readable in a terminal: value and source per option, the diagnostics under them."""
+    lines = [
+        f"product {result.product or '?'}  catalog {result.catalog_version}"
+        + (f"  policy {result.policy_version}" if result.policy_version else "")
+        + f"  {'ok' if result.ok else 'ERRORS'}"
+    ]
+    rows = [
+        (name, _value_text(value), result.provenance[name])
+        for name, value in result.options.items()
+    ]
+    width_name = max((len(r[0]) for r in rows), default=6)
+    width_value = min(max((len(r[1]) for r in rows), default=5), 40)
+    header = f"{'option':<{width_name}}  {'value':<{width_value}}  source"
+    lines.append(f"{_BOLD}{header}{_RESET}" if colour else header)
+    for name, text, prov in rows:
+        extra = []
+        if prov.has_requested:
+            extra.append(f"requested {_value_text(prov.requested)}")
+        if prov.env_var:
+            extra.append(f"from {prov.env_var}")
+        if prov.detail:
+            extra.append(prov.detail)
+        extra.append(", ".join(prov.rules))
+        note = "  " + "; ".join(extra)
+        if colour:
+            note = f"{_DIM}{note}{_RESET}"
+        line = f"{name:<{width_name}}  {text:<{width_value}}  {prov.source.value:<15}{note}"
+        lines.append(line)
+    if result.paths:
+        lines.append("")
+        lines.append("paths")
+        lines += [f"  {key:<19} {value}" for key, value in result.paths.items()]
+    if result.diagnostics:
+        lines.append("")
+        lines.append("diagnostics")
+        lines += [_diagnostic_line(d, colour) for d in result.diagnostics]
+    return "\n".join(lines)
+
+
+def _python_literal(value: JSON) -> str:
+    return repr(value)
+
+
+def render_python(result: Resolution) -> str:
+    """An NPURunConfig(...) call ready to paste: what was chosen, not what defaults give."""
+    lines = ["config = NPURunConfig("]
+    for name, value in result.options.items():
+        prov = result.provenance[name]
+        if prov.source in _DEFAULT_SOURCES:
+            continue
+        why = f"  # {prov.source.value}" + (f" ({prov.env_var})" if prov.env_var else "")
+        if isinstance(value, dict):
+            lines.append(f"    # {name}=...,  # a config object: construct it in the script")
+            continue
+        lines.append(f"    {name}={_python_literal(value)},{why}")
+    lines.append(")")
+    if not result.ok:
+        lines.insert(0, "# the request has errors: fix them before using this config")
+    return "\n".join(lines)
+
+
+def render_env(result: Resolution, env: Mapping[str, str]) -> str:
+    """The export lines for the environment variables that shaped this resolution."""
+    lines = [
+        f"export {name}={shlex.quote(env[name])}" for name in NAMED_ENV_VARS if name in env
+    ]
+    return "\n".join(lines) if lines else "# no environment variable named by the source is set"
+
+
+Renderer = Callable[[Resolution], str]
+FORMATS: Final = ("json", "table", "python", "env")

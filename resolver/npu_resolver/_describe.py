@@ -1,0 +1,88 @@
+"""The catalog described as JSON: what a UI or a launcher needs to build its own forms.
+
+Everything here is read from the precomputed views, so a description and a resolution can never
+disagree about a gate, a range or a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._catalog import CATALOG, Catalog, OptionView
+from ._model import JSON
+from ._products import PRODUCTS, Product, product_id
+from ._schema import Mode, Option
+
+
+def list_products() -> list[Product]:
+    return list(PRODUCTS)
+
+
+def product_json(product: Product) -> dict[str, JSON]:
+    return {
+        "id": product.id,
+        "name": product.name,
+        "source_name": product.source_name,
+        "family": product.family.value,
+        "aliases": list(product.aliases),
+    }
+
+
+def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
+    views: dict[Mode, OptionView] = {m: catalog.view(pid, m)[option.name] for m in Mode}
+    any_view = views[Mode.TRAINING]
+    blocked: dict[str, str] = {}
+    for view in views.values():
+        blocked.update({str(v): g.rule for v, g in view.blocked_values.items()})
+    allowed = [c for c in option.choices if str(c) not in blocked]
+    rng = any_view.range
+    return {
+        "supported": any_view.product_ok and not option.unsupported_version,
+        "modes": [m.value for m, v in views.items() if v.acts],
+        "allowed_values": allowed,
+        "minimum": None if rng is None else rng.minimum,
+        "maximum": None if rng is None else rng.maximum,
+        "minimum_exclusive": False if rng is None else rng.min_exclusive,
+        "defaults": {
+            m.value: (v.default.value if v.default is not None and v.acts else None)
+            for m, v in views.items()
+        },
+        "unsupported_values": blocked,
+    }
+
+
+def describe_option(option: Option, product: str | None = None, catalog: Catalog = CATALOG) -> dict[str, Any]:
+    pids = [product] if product else [p.id for p in PRODUCTS]
+    return {
+        "name": option.name,
+        "section": option.section.value,
+        "type": option.type.value,
+        "summary": option.summary,
+        "rules": list(option.all_rules),
+        "env_var": option.env,
+        "deprecated": option.deprecated,
+        "experimental": option.experimental,
+        "unsupported_version": option.unsupported_version,
+        "attachment": option.attachment,
+        "aliases": dict(option.aliases),
+        "products": {pid: _support(catalog, option, pid) for pid in pids},
+    }
+
+
+def describe_catalog(product: str | None = None, catalog: Catalog = CATALOG) -> dict[str, Any]:
+    """Every option with type, allowed values, defaults and gates per product, and rule ids.
+
+    `product` (an id or alias) narrows the per-product part to one product; an unknown one
+    raises ValueError naming the known ids.
+    """
+    pid = None
+    if product:
+        pid = product_id(product)
+        if pid is None:
+            known = ", ".join(p.id for p in PRODUCTS)
+            raise ValueError(f"product {product!r} is not recognized; use one of {known}")
+    return {
+        "catalog_version": catalog.version,
+        "products": [product_json(p) for p in PRODUCTS if pid is None or p.id == pid],
+        "options": [describe_option(o, pid, catalog) for o in catalog.options],
+    }

@@ -1,0 +1,83 @@
+"""One config resolved for several products, side by side.
+
+A platform team moving a job from one card to another asks exactly this: which options change
+value or source, and which disappear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ._catalog import CATALOG, Catalog
+from ._model import JSON, ResolveRequest, Resolution, Source
+from ._pipeline import resolve
+from ._state import PolicyLike
+
+
+@dataclass(frozen=True, slots=True)
+class DiffCell:
+    value: JSON
+    source: Source
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRow:
+    option: str
+    cells: Mapping[str, DiffCell | None]
+    """Per product: the effective value and source, or None when the option is absent."""
+    same: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DiffResult:
+    products: tuple[str, ...]
+    results: Mapping[str, Resolution]
+    rows: tuple[DiffRow, ...]
+
+    @property
+    def differing(self) -> tuple[DiffRow, ...]:
+        return tuple(row for row in self.rows if not row.same)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "products": list(self.products),
+            "options": {
+                row.option: {
+                    pid: None if cell is None else {"value": cell.value, "source": cell.source.value}
+                    for pid, cell in row.cells.items()
+                }
+                for row in self.rows
+            },
+            "differing": [row.option for row in self.differing],
+            "results": {pid: res.to_json() for pid, res in self.results.items()},
+        }
+
+
+def diff(
+    request: ResolveRequest,
+    products: Sequence[str],
+    *,
+    policy: PolicyLike | None = None,
+    catalog: Catalog = CATALOG,
+) -> DiffResult:
+    """Resolve `request` once per product (its own `product` is ignored) and line them up."""
+    results: dict[str, Resolution] = {}
+    for product in products:
+        result = resolve(replace(request, product=product), catalog=catalog, policy=policy)
+        results[result.product or product] = result
+    rows = []
+    for option in catalog.options:
+        cells: dict[str, DiffCell | None] = {}
+        for pid, result in results.items():
+            if option.name in result.options:
+                cells[pid] = DiffCell(
+                    result.options[option.name], result.provenance[option.name].source
+                )
+            else:
+                cells[pid] = None
+        if all(cell is None for cell in cells.values()):
+            continue
+        values = [None if c is None else (repr(c.value), c.source) for c in cells.values()]
+        rows.append(DiffRow(option.name, cells, same=len(set(values)) == 1))
+    return DiffResult(tuple(results), results, tuple(rows))

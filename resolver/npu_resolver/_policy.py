@@ -1,0 +1,254 @@
+"""Platform policy: per-profile defaults and locks, for all products or one, checked at load.
+
+The file is TOML:
+
+    [profiles.default.defaults]                         # every product
+    hccl_timeout = 3600
+    [profiles.default.locked]                           # callers cannot change these
+    enable_exception_dump = 1
+    [profiles.default.products.atlas-training.defaults] # one product (aliases accepted)
+    hccl_timeout = 1224
+
+A product table beats the all-products table of the same profile. An all-products entry is
+skipped silently on products that lack the option; a product table naming such an option is
+refused. Every value is checked as a caller's value would be, on every product it reaches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ._catalog import CATALOG, Catalog
+from ._model import JSON, ResolveRequest, Severity
+from ._products import PRODUCT_IDS, product_id
+from ._schema import Mode
+from ._state import PolicyEntry, PolicyLayer
+from ._values import Problem, parse
+
+KINDS: Final = ("defaults", "locked")
+MAX_POLICY_BYTES: Final = 1024 * 1024
+
+
+class PolicyError(ValueError):
+    """A policy file that may not be used; the message names the file, table and key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    path: str
+    values: Mapping[str, JSON]
+
+
+@dataclass(frozen=True, slots=True)
+class _Profile:
+    tables: Mapping[tuple[str | None, str], _Table]
+    """(product id or None for all, kind) -> table."""
+
+
+class Policy:
+    """A validated policy; `version` is a short hash of its canonical content."""
+
+    def __init__(self, profiles: Mapping[str, _Profile], source: str, catalog: Catalog) -> None:
+        self.source = source
+        self._profiles = profiles
+        content = {
+            name: {
+                f"{pid or '*'}.{kind}": dict(sorted(table.values.items()))
+                for (pid, kind), table in sorted(
+                    profile.tables.items(), key=lambda item: (item[0][0] or "", item[0][1])
+                )
+            }
+            for name, profile in sorted(profiles.items())
+        }
+        self.canonical_text = json.dumps(content, sort_keys=True, indent=2, ensure_ascii=False)
+        self.version = hashlib.sha256(self.canonical_text.encode()).hexdigest()[:12]
+        self._layers = {
+            (name, pid): self._layer(profile, pid, catalog)
+            for name, profile in profiles.items()
+            for pid in PRODUCT_IDS
+        }
+
+    @staticmethod
+    def _layer(profile: _Profile, pid: str, catalog: Catalog) -> PolicyLayer:
+        merged: dict[str, dict[str, PolicyEntry]] = {kind: {} for kind in KINDS}
+        for scope in (None, pid):
+            for kind in KINDS:
+                table = profile.tables.get((scope, kind))
+                if table is None:
+                    continue
+                for key, value in table.values.items():
+                    if scope is None and not catalog.view(pid, Mode.TRAINING)[key].product_ok:
+                        continue
+                    detail = f"{'locked' if kind == 'locked' else 'default'} from [{table.path}]"
+                    merged[kind][key] = PolicyEntry(value, detail, all_products=scope is None)
+        return PolicyLayer(locked=merged["locked"], defaults=merged["defaults"])
+
+    def layer(self, profile: str, product: str) -> PolicyLayer | None:
+        return self._layers.get((profile, product))
+
+    def profile_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._profiles))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "source": self.source,
+            "profiles": {
+                name: {
+                    f"{pid or 'all products'} {kind}": sorted(t.values)
+                    for (pid, kind), t in profile.tables.items()
+                }
+                for name, profile in sorted(self._profiles.items())
+            },
+        }
+
+
+def _check_value(
+    catalog: Catalog, table: str, key: str, value: JSON, pids: list[str], scoped: bool
+) -> list[str]:
+    problems = []
+    for pid in pids:
+        view = catalog.view(pid, Mode.TRAINING)[key]
+        if not view.product_ok or view.option.unsupported_version:
+            if scoped:
+                problems.append(f"[{table}] {key}: the option does not exist on {pid}")
+            continue
+        parsed = parse(view, value, product=pid)
+        if isinstance(parsed, Problem):
+            problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
+            break
+        gate = view.blocked_values.get(parsed.value)
+        gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked_values.get(parsed.value)
+        if gate is not None and (gate.unsupported_version or gate.products is not None):
+            problems.append(
+                f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
+            )
+            break
+    return problems
+
+
+def _read_tables(data: Mapping[str, Any], catalog: Catalog) -> tuple[dict[str, _Profile], list[str]]:
+    problems: list[str] = []
+    extra = set(data) - {"profiles"}
+    if extra:
+        problems.append(f"unknown top-level key(s) {', '.join(sorted(extra))}; only [profiles.*]")
+    profiles_raw = data.get("profiles", {})
+    if not isinstance(profiles_raw, dict):
+        return {}, [*problems, "'profiles' must be a table"]
+    profiles: dict[str, _Profile] = {}
+    for name, body in profiles_raw.items():
+        if not isinstance(body, dict):
+            problems.append(f"[profiles.{name}] must be a table")
+            continue
+        tables: dict[tuple[str | None, str], _Table] = {}
+        scopes: list[tuple[str | None, str, Any]] = [(None, f"profiles.{name}", body)]
+        for key in set(body) - {*KINDS, "products"}:
+            problems.append(f"[profiles.{name}] {key}: unknown key; use defaults, locked, products")
+        products = body.get("products", {})
+        if not isinstance(products, dict):
+            problems.append(f"[profiles.{name}.products] must be a table")
+            products = {}
+        for alias, pbody in products.items():
+            pid = product_id(alias)
+            if pid is None:
+                problems.append(
+                    f"[profiles.{name}.products] {alias}: unknown product; use one of "
+                    f"{', '.join(PRODUCT_IDS)}"
+                )
+                continue
+            if not isinstance(pbody, dict):
+                problems.append(f"[profiles.{name}.products.{alias}] must be a table")
+                continue
+            for key in set(pbody) - set(KINDS):
+                problems.append(f"[profiles.{name}.products.{alias}] {key}: unknown key")
+            scopes.append((pid, f"profiles.{name}.products.{alias}", pbody))
+        for pid, path, scope_body in scopes:
+            for kind in KINDS:
+                values = scope_body.get(kind)
+                if values is None:
+                    continue
+                table = f"{path}.{kind}"
+                if not isinstance(values, dict):
+                    problems.append(f"[{table}] must be a table of option = value")
+                    continue
+                if (pid, kind) in tables:
+                    problems.append(f"[{table}] repeats a product table under another alias")
+                    continue
+                for key, value in values.items():
+                    if key not in catalog:
+                        hint = catalog.suggest(key)
+                        problems.append(
+                            f"[{table}] {key}: unknown option"
+                            + (f"; did you mean {hint!r}?" if hint else "")
+                        )
+                        continue
+                    pids = [pid] if pid else list(PRODUCT_IDS)
+                    problems += _check_value(catalog, table, key, value, pids, scoped=pid is not None)
+                tables[(pid, kind)] = _Table(table, dict(values))
+        profiles[name] = _Profile(tables)
+    return profiles, problems
+
+
+def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
+    """Locked values that contradict each other are refused at load, not at request time."""
+    from ._pipeline import resolve
+
+    problems = []
+    for name in policy.profile_names():
+        for pid in PRODUCT_IDS:
+            layer = policy.layer(name, pid)
+            if layer is None or not layer.locked:
+                continue
+            request = ResolveRequest(product=pid, profile=name)
+            result = resolve(request, catalog=catalog, policy=policy)
+            for d in result.diagnostics:
+                others = [o for o in layer.locked if o != d.option and o in d.message]
+                if d.severity is Severity.ERROR and d.option in layer.locked and others:
+                    problems.append(
+                        f"locked {d.option} in profile {name!r} on {pid}: {d.message} ({d.rule}) "
+                        f"[{layer.locked[d.option].detail.split('[', 1)[-1]}"
+                    )
+    return sorted(set(problems))
+
+
+def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG) -> Policy:
+    """A Policy from TOML text; PolicyError lists every problem with table and key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(source, [f"invalid TOML: {exc}"]) from None
+    profiles, problems = _read_tables(data, catalog)
+    if problems:
+        raise PolicyError(source, problems)
+    policy = Policy(profiles, source, catalog)
+    problems = _lock_conflicts(policy, catalog)
+    if problems:
+        raise PolicyError(source, problems)
+    return policy
+
+
+def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
+    """Read and check a policy file (the one place the resolver package opens a file)."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(str(path), [f"the file is over {MAX_POLICY_BYTES} bytes"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(str(path), [f"not UTF-8 at byte {exc.start}"]) from None
+    return parse_policy(text, str(path), catalog)
