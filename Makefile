@@ -39,5 +39,9 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python -m pytest -m soak -p no:randomly tests/reliability
 
+deploy-check: $(STAMP)
+	bash scripts/deploy_tools.sh >/dev/null
+	$(BIN)/python -m pytest tests/test_deploy.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .tools build *.egg-info .mypy_cache .ruff_cache .pytest_cache

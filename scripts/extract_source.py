@@ -13,15 +13,20 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "resolver" / "npu_resolver" / "data" / "source_900.json"
+OUT = (
+    Path(__file__).resolve().parent.parent
+    / "resolver"
+    / "npu_resolver"
+    / "data"
+    / "source_900.json"
+)
 ROW = re.compile(r"^\|\s*([a-z0-9\\_]+)\s*\|\s*(.*?)\s*\|\s*$")
 
 
 def extract(text: str) -> dict[str, str]:
     rows: dict[str, str] = {}
-    for line in text.splitlines():
-        if "| 参数名 |" in line:
-            line = line.split("| 参数名 |", 1)[0]
+    for raw in text.splitlines():
+        line = raw.split("| 参数名 |", 1)[0] if "| 参数名 |" in raw else raw
         match = ROW.match(line.strip())
         if match:
             name = match.group(1).replace("\\_", "_")
@@ -34,7 +39,9 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     rows = extract(Path(argv[1]).read_text(encoding="utf-8"))
-    OUT.write_text(json.dumps(rows, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    OUT.write_text(
+        json.dumps(rows, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     print(f"{len(rows)} options written to {OUT}")
     return 0
 

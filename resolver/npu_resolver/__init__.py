@@ -4,18 +4,18 @@ The public surface is what this module exports; everything in underscored module
 """
 
 from ._catalog import CATALOG, Catalog, CatalogError
+from ._describe import describe_catalog, describe_option, list_products
+from ._diff import DiffCell, DiffResult, DiffRow, diff
 from ._model import (
     CATALOG_VERSION,
     Code,
     Diagnostic,
     Provenance,
-    ResolveRequest,
     Resolution,
+    ResolveRequest,
     Severity,
     Source,
 )
-from ._describe import describe_catalog, describe_option, list_products
-from ._diff import DiffCell, DiffResult, DiffRow, diff
 from ._pipeline import fingerprint, resolve
 from ._policy import Policy, PolicyError, load_policy, parse_policy
 from ._products import PRODUCTS, Product, product_id
@@ -33,14 +33,14 @@ __all__ = [
     "DiffResult",
     "DiffRow",
     "Policy",
-    "PolicyError",
     "PolicyEntry",
+    "PolicyError",
     "PolicyLayer",
     "PolicyLike",
     "Product",
     "Provenance",
-    "ResolveRequest",
     "Resolution",
+    "ResolveRequest",
     "Severity",
     "Source",
     "describe_catalog",

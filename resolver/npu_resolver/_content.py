@@ -1,16 +1,28 @@
 """Rules that need the content of a file an option names (attachments).
 
-The resolver never opens a path: a caller attaches the text. Without it these rules are not
-guessed; a NOT_CHECKED note names what was skipped.
+The resolver never opens a path: a caller attaches the file's text. Without it these rules are
+not guessed; a NOT_CHECKED note names what was skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final
 
 from ._model import Code
+from ._products import NEW_FAMILY
 from ._state import State
+from .attachments import (
+    FORMATS,
+    MAX_ATTACHMENT_BYTES,
+    AoeConfig,
+    FusionSwitches,
+    OpDebugConfig,
+    OpPrecisionModes,
+    decode_attachment,
+)
+
+MAX_ISSUES_SHOWN: Final = 20
 
 CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "op_debug_config": ("R-ODC-2", "R-ODC-3", "R-OCC-3", "R-DEP-3"),
@@ -23,11 +35,151 @@ CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
 """Per option that names a file: the rules that read the file's content."""
 
 
-def apply_content_rules(state: State, attachments: Mapping[str, str]) -> None:
+def _op_debug(state: State, parsed: OpDebugConfig) -> None:
+    options = parsed.options
+    name = "op_debug_config"
+    if {"ccec_O0", "oom"} <= options:  # R-ODC-2
+        state.conflict(
+            name,
+            "R-ODC-2",
+            "op_debug_config enables ccec_O0 together with oom, which ends in an AI Core Error; "
+            "remove one of them from the file.",
+        )
+    collect = state.env.get("NPU_COLLECT_PATH")
+    if "oom" in options and collect:  # R-ODC-3
+        state.conflict(
+            name,
+            "R-ODC-3",
+            f"op_debug_config enables oom while NPU_COLLECT_PATH={collect} is set; the compiled "
+            "model would fail: remove oom or unset NPU_COLLECT_PATH.",
+        )
+    if "oom" in options and state.value("op_debug_level") == 2:  # R-DEP-3
+        state.conflict(
+            "op_debug_level",
+            "R-DEP-3",
+            "op_debug_level 2 cannot be used with oom in op_debug_config (AI Core Error); "
+            "use op_debug_level 0, 1, 3 or 4, or remove oom.",
+        )
+    if options and parsed.op_debug_list is None and name in state.slots:  # R-OCC-3
+        state.force(
+            "op_compiler_cache_mode",
+            "disable",
+            "R-OCC-3",
+            "op_debug_config without op_debug_list",
+            "op_compiler_cache_mode is disable because op_debug_config has no op_debug_list, "
+            "so every operator is recompiled; add op_debug_list to keep the cache for others.",
+        )
+
+
+def _aoe(state: State, parsed: AoeConfig) -> None:
+    mode = state.value("aoe_mode")
+    if mode is None:
+        return
+    for feature, needed in (("deeper_opat", "2"), ("nonhomo_split", "1")):
+        if feature in parsed.features and mode != needed:
+            state.conflict(
+                "aoe_config_file",
+                "R-AOE-6",
+                f"aoe_config_file feature {feature} needs aoe_mode {needed!r} but aoe_mode is "
+                f"{mode!r}; set aoe_mode {needed!r} or remove the feature.",
+            )
+            return
+
+
+def _op_precision(state: State, parsed: OpPrecisionModes) -> None:
+    used = parsed.modes_used
+    if "enable_hi_float_32_execution" in used:
+        state.refuse(
+            "op_precision_mode",
+            Code.UNSUPPORTED_VALUE,
+            "R-OPM-2",
+            "op_precision_mode uses enable_hi_float_32_execution, which this version does not "
+            "support; use another mode for those operators.",
+        )
+    elif "enable_float_32_execution" in used and state.pid not in NEW_FAMILY:
+        state.refuse(
+            "op_precision_mode",
+            Code.UNSUPPORTED_VALUE,
+            "R-OPM-2",
+            f"op_precision_mode uses enable_float_32_execution, which {state.pid} does not "
+            "support (only atlas-350, atlas-a3, atlas-a2); use another mode there.",
+        )
+
+
+def _fusion(state: State, parsed: FusionSwitches) -> None:
+    if state.pid == "atlas-350" and parsed.ub_fusion:
+        names = ", ".join(sorted(parsed.ub_fusion))
+        state.emit(
+            Code.ADVICE,
+            "fusion_switch_file",
+            "R-FSF-1",
+            f"fusion_switch_file sets UBFusion switches ({names}) that have no effect on "
+            "atlas-350, which has no UB fusion; remove them.",
+        )
+
+
+_RULES: Final[Mapping[str, Callable[[State, Any], None]]] = {
+    "op_debug_config": _op_debug,
+    "aoe_config_file": _aoe,
+    "op_precision_mode": _op_precision,
+    "fusion_switch_file": _fusion,
+}
+
+
+def _parse(state: State, option: str, text: str) -> Any | None:
+    """The parsed file, or None after reporting why it cannot be read."""
+    decoded, problem = decode_attachment(text)
+    rule = CONTENT_RULES[option][-1] if option != "op_debug_config" else "R-ODC-1"
+    if decoded is None:
+        reason = problem.message if problem else f"it is over {MAX_ATTACHMENT_BYTES} bytes"
+        state.refuse(option, Code.INVALID_VALUE, rule, f"{option} attachment refused: {reason}")
+        return None
+    parsed = FORMATS[option].parse(decoded)
+    errors = [i for i in parsed.issues if not i.normalized]
+    for issue in parsed.issues[:MAX_ISSUES_SHOWN]:
+        code = Code.NORMALIZED if issue.normalized else Code.INVALID_VALUE
+        state.emit(
+            code, option, issue.rule or rule, f"{option} file: {issue.message}", issue.suggestion
+        )
+    if len(parsed.issues) > MAX_ISSUES_SHOWN:
+        state.emit(
+            Code.INVALID_VALUE,
+            option,
+            rule,
+            f"{option} file: {len(parsed.issues) - MAX_ISSUES_SHOWN} more problems not shown.",
+        )
+    if errors:
+        state.slots.pop(option, None)
+        return None
+    return parsed
+
+
+def apply_content_rules(
+    state: State, attachments: Mapping[str, str], given: Collection[str]
+) -> None:
+    """Parse each attachment and apply its rules; `given` are the options the caller set."""
+    for option in attachments:
+        if option not in FORMATS:
+            state.emit(
+                Code.INVALID_VALUE,
+                f"attachments.{option}"[:120],
+                "",
+                f"an attachment came for {option[:100]!r}, which names no file; attach only for "
+                f"{', '.join(FORMATS)}.",
+            )
+        elif option not in state.slots and option not in given:
+            state.emit(
+                Code.DROPPED_NO_EFFECT,
+                option,
+                CONTENT_RULES[option][0],
+                f"the attachment for {option} is ignored because {option} is not in effect; "
+                "set the option or leave the attachment out.",
+            )
     for option, rules in CONTENT_RULES.items():
         if option not in state.slots:
             continue
-        if option not in attachments:
+        text = attachments.get(option)
+        if text is None:
             state.emit(
                 Code.NOT_CHECKED,
                 option,
@@ -35,3 +187,8 @@ def apply_content_rules(state: State, attachments: Mapping[str, str]) -> None:
                 f"{option} names a file whose content was not attached, so "
                 f"{', '.join(rules)} were not checked; attach it to check them.",
             )
+            continue
+        parsed = _parse(state, option, text)
+        apply = _RULES.get(option)
+        if parsed is not None and apply is not None:
+            apply(state, parsed)

@@ -125,11 +125,19 @@ def precision_conflict(state: State) -> None:
     if v2 is None or pm is None or not (v2.is_set and pm.is_set):
         return
     if v2.source is Source.POLICY and pm.source is not Source.POLICY:
-        state.drop("precision_mode_v2", Code.DROPPED_SUPERSEDED, "R-PREC-1", _superseded(
-            "precision_mode_v2", v2.value, "precision_mode"))
+        state.drop(
+            "precision_mode_v2",
+            Code.DROPPED_SUPERSEDED,
+            "R-PREC-1",
+            _superseded("precision_mode_v2", v2.value, "precision_mode"),
+        )
     elif pm.source is Source.POLICY and v2.source is not Source.POLICY:
-        state.drop("precision_mode", Code.DROPPED_SUPERSEDED, "R-PREC-1", _superseded(
-            "precision_mode", pm.value, "precision_mode_v2"))
+        state.drop(
+            "precision_mode",
+            Code.DROPPED_SUPERSEDED,
+            "R-PREC-1",
+            _superseded("precision_mode", pm.value, "precision_mode_v2"),
+        )
     else:
         state.conflict(
             "precision_mode",

@@ -51,7 +51,9 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
     }
 
 
-def describe_option(option: Option, product: str | None = None, catalog: Catalog = CATALOG) -> dict[str, Any]:
+def describe_option(
+    option: Option, product: str | None = None, catalog: Catalog = CATALOG
+) -> dict[str, Any]:
     pids = [product] if product else [p.id for p in PRODUCTS]
     return {
         "name": option.name,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ._catalog import CATALOG, Catalog
-from ._model import JSON, ResolveRequest, Resolution, Source
+from ._model import JSON, Resolution, ResolveRequest, Source
 from ._pipeline import resolve
 from ._state import PolicyLike
 
@@ -44,7 +44,9 @@ class DiffResult:
             "products": list(self.products),
             "options": {
                 row.option: {
-                    pid: None if cell is None else {"value": cell.value, "source": cell.source.value}
+                    pid: None
+                    if cell is None
+                    else {"value": cell.value, "source": cell.source.value}
                     for pid, cell in row.cells.items()
                 }
                 for row in self.rows

@@ -169,7 +169,7 @@ class Provenance:
         return cls(
             source=Source(data["source"]),
             rules=tuple(data.get("rules", ())),
-            requested=data["requested"] if "requested" in data else _UNSET,
+            requested=data.get("requested", _UNSET),
             env_var=str(data.get("env_var", "")),
             detail=str(data.get("detail", "")),
         )

@@ -20,8 +20,8 @@ from ._model import (
     Code,
     Diagnostic,
     Provenance,
-    ResolveRequest,
     Resolution,
+    ResolveRequest,
     Severity,
     Source,
 )
@@ -113,7 +113,9 @@ def _read_config(
         raw = request.config[name]
         if name not in catalog:
             suggestion = catalog.suggest(str(name))
-            hint = f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
+            hint = (
+                f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
+            )
             state.emit(
                 Code.UNKNOWN_OPTION,
                 str(name)[:100],
@@ -134,6 +136,7 @@ def _read_config(
         parsed = parse(view, raw, product=state.pid)
         if isinstance(parsed, Problem):
             _emit_problem(state, name, parsed)
+            state.refused.add(name)
             continue
         if parsed.note is not None:
             _emit_problem(state, name, parsed.note)
@@ -152,6 +155,7 @@ def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
         if isinstance(parsed, Problem):
             message = f"environment variable {var}: {parsed.message}"
             state.emit(parsed.code, f"env.{var}", option.env_rule, message, parsed.suggestion)
+            state.refused.add(option.name)
             continue
         values[option.name] = parsed.value
     for var in CACHE_ENV_VARS:  # R-OCC-4: read by the runtime, checked here
@@ -162,7 +166,11 @@ def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
         number = int(stripped) if stripped.lstrip("-").isdigit() else None
         ratio = var == "ASCEND_REMAIN_CACHE_SIZE_RATIO"
         if number is None or (ratio and not 1 <= number <= 100) or (not ratio and number < -1):
-            expected = "an integer percentage in [1, 100]" if ratio else "MB as an integer, -1 for no aging"
+            expected = (
+                "an integer percentage in [1, 100]"
+                if ratio
+                else "MB as an integer, -1 for no aging"
+            )
             state.emit(
                 Code.INVALID_VALUE,
                 f"env.{var}",
@@ -205,6 +213,8 @@ def _precedence(
     for name, view in state.view.items():
         option = view.option
         lock = layer.locked.get(name)
+        if name in state.refused and lock is None:
+            continue
         given = explicit.get(name)
         from_env = env_values.get(name)
         env_rules = [option.env_rule] if option.env else []
@@ -217,7 +227,9 @@ def _precedence(
             asked = given[0] if given is not None else from_env
             if asked is not None and asked != value:
                 slot.requested = given[1] if given is not None else state.env.get(option.env)
-                via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
+                via = (
+                    f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
+                )
                 state.emit(
                     Code.POLICY_LOCKED,
                     name,
@@ -283,12 +295,14 @@ def _gates(state: State) -> None:
                 name,
                 Code.DROPPED_UNSUPPORTED_PRODUCT,
                 option.products_rule,
-                f"{name} does not exist on {state.pid} (only {', '.join(sorted(option.products or ()))}); "
-                "remove it for this product.",
+                f"{name} does not exist on {state.pid} "
+                f"(only {', '.join(sorted(option.products or ()))}); remove it for this product.",
             )
         elif not view.mode_ok:
-            mode = "online inference (graph_run_mode 0)" if option.mode is Mode.INFERENCE else (
-                "training (graph_run_mode 1)"
+            mode = (
+                "online inference (graph_run_mode 0)"
+                if option.mode is Mode.INFERENCE
+                else ("training (graph_run_mode 1)")
             )
             state.drop(
                 name,
@@ -314,7 +328,12 @@ def _value_gate(state: State, name: str, view: OptionView) -> None:
         why = f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
     else:
         why = f"is not supported on {state.pid}"
-    state.refuse(name, Code.UNSUPPORTED_VALUE, gate.rule, f"{name} {show(slot.value)} {why}; choose another value.")
+    state.refuse(
+        name,
+        Code.UNSUPPORTED_VALUE,
+        gate.rule,
+        f"{name} {show(slot.value)} {why}; choose another value.",
+    )
 
 
 def _undocumented(state: State) -> None:
@@ -360,14 +379,28 @@ def resolve(
         known = policy.profile_names() if policy is not None else ()
         return _failed(request.product, _unknown_profile(profile, known), catalog, policy_version)
 
-    probe = State(pid, Mode.TRAINING, catalog.view(pid, Mode.TRAINING), request.env,
-                  request.strict, request.workdir)
+    probe = State(
+        pid,
+        Mode.TRAINING,
+        catalog.view(pid, Mode.TRAINING),
+        request.env,
+        request.strict,
+        request.workdir,
+    )
     explicit = _read_config(request, probe, catalog)
     mode = _mode(explicit, layer)
     state = probe
     if mode is not Mode.TRAINING:
-        state = State(pid, mode, catalog.view(pid, mode), request.env, request.strict,
-                      request.workdir, diagnostics=probe.diagnostics)
+        state = State(
+            pid,
+            mode,
+            catalog.view(pid, mode),
+            request.env,
+            request.strict,
+            request.workdir,
+            diagnostics=probe.diagnostics,
+            refused=probe.refused,
+        )
     env_values = _read_env(state, catalog)
     _precedence(state, explicit, env_values, layer)
     for rule in CROSS_RULES:
@@ -380,7 +413,7 @@ def resolve(
             if rule.stage is stage:
                 rule.apply(state)
         if stage is Stage.DERIVED:
-            apply_content_rules(state, request.attachments)
+            apply_content_rules(state, request.attachments, explicit)
     paths = effective_paths(state)
     options = {name: slot.value for name, slot in state.slots.items()}
     ok = not any(d.severity is Severity.ERROR for d in state.diagnostics)

@@ -115,7 +115,7 @@ class Policy:
 
 
 def _check_value(
-    catalog: Catalog, table: str, key: str, value: JSON, pids: list[str], scoped: bool
+    catalog: Catalog, table: str, key: str, value: JSON, *, pids: list[str], scoped: bool
 ) -> list[str]:
     problems = []
     for pid in pids:
@@ -138,7 +138,9 @@ def _check_value(
     return problems
 
 
-def _read_tables(data: Mapping[str, Any], catalog: Catalog) -> tuple[dict[str, _Profile], list[str]]:
+def _read_tables(
+    data: Mapping[str, Any], catalog: Catalog
+) -> tuple[dict[str, _Profile], list[str]]:
     problems: list[str] = []
     extra = set(data) - {"profiles"}
     if extra:
@@ -194,7 +196,9 @@ def _read_tables(data: Mapping[str, Any], catalog: Catalog) -> tuple[dict[str, _
                         )
                         continue
                     pids = [pid] if pid else list(PRODUCT_IDS)
-                    problems += _check_value(catalog, table, key, value, pids, scoped=pid is not None)
+                    problems += _check_value(
+                        catalog, table, key, value, pids, scoped=pid is not None
+                    )
                 tables[(pid, kind)] = _Table(table, dict(values))
         profiles[name] = _Profile(tables)
     return profiles, problems

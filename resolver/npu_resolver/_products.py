@@ -91,7 +91,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
         name="Atlas 300I Duo",
         source_name="Atlas 300I Duo 推理卡",
         family=Family.LEGACY,
-        aliases=("Atlas 300I Duo", "Atlas 300I Duo 推理卡", "Atlas 300I Duo inference card", "Ascend310P3"),
+        aliases=(
+            "Atlas 300I Duo",
+            "Atlas 300I Duo 推理卡",
+            "Atlas 300I Duo inference card",
+            "Ascend310P3",
+        ),
     ),
 )
 

@@ -74,6 +74,8 @@ class State:
     workdir: str
     slots: dict[str, Slot] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)
+    """Options whose given value was an error: they stay out of the answer."""
     undocumented: dict[str, str] = field(default_factory=dict)
     """Options the source gives no default for here, though it does elsewhere."""
     attachments: dict[str, Any] = field(default_factory=dict)
@@ -91,9 +93,7 @@ class State:
         slot = self.slots.get(name)
         return slot is not None and slot.is_set
 
-    def emit(
-        self, code: Code, option: str, rule: str, message: str, suggestion: str = ""
-    ) -> None:
+    def emit(self, code: Code, option: str, rule: str, message: str, suggestion: str = "") -> None:
         severity = CODE_SEVERITY[code]
         if self.strict and (code in DROP_CODES or code is Code.POLICY_LOCKED):
             severity = Severity.ERROR

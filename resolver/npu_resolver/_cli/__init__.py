@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 from .._catalog import CATALOG
-from .._model import JSON, ResolveRequest, Resolution
+from .._model import JSON, Resolution, ResolveRequest
 from .._policy import Policy, PolicyError, load_policy
 from .._schema import OptType
 from ._explain import render_diff, render_explain, render_products
 from ._render import FORMATS, NAMED_ENV_VARS, render_env, render_json, render_python, render_table
-from ._transport import InProcess, Remote, Transport, Unreachable
+from ._transport import InProcess, Remote, Transport, UnreachableError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
@@ -159,14 +159,20 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
 def _cmd_products(args: argparse.Namespace) -> int:
     products = _transport(args).products()
-    _print(json.dumps(products, indent=2, ensure_ascii=False) if args.json else render_products(products))
+    _print(
+        json.dumps(products, indent=2, ensure_ascii=False)
+        if args.json
+        else render_products(products)
+    )
     return EXIT_OK
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     if args.option not in CATALOG:
         hint = CATALOG.suggest(args.option)
-        raise UsageError(f"unknown option {args.option!r}" + (f"; did you mean {hint!r}?" if hint else ""))
+        raise UsageError(
+            f"unknown option {args.option!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        )
     try:
         _print(render_explain(args.option, args.product, as_json=args.json))
     except ValueError as exc:
@@ -179,7 +185,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         raise UsageError("diff needs at least two --product")
     request = _request(args)
     result = _transport(args).diff(request, args.product)
-    _print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json else render_diff(result, args.all))
+    _print(
+        json.dumps(result.to_json(), indent=2, ensure_ascii=False)
+        if args.json
+        else render_diff(result, args.all)
+    )
     return EXIT_OK if all(r.ok for r in result.results.values()) else EXIT_ERRORS
 
 
@@ -208,30 +218,50 @@ def _serve(argv: Sequence[str]) -> int:
 
 def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = False) -> None:
     if multi_product:
-        parser.add_argument("--product", action="append", required=True, help="product id or alias (repeat)")
+        parser.add_argument(
+            "--product", action="append", required=True, help="product id or alias (repeat)"
+        )
     else:
         parser.add_argument("--product", required=True, help="product id or alias, e.g. atlas-a2")
     parser.add_argument("--config", help="JSON file of option name to value, or - for stdin")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="set one option")
-    parser.add_argument("--env", action="append", metavar="NAME=VALUE", help="the job's environment")
-    parser.add_argument("--inherit-env", action="store_true", help="add the named variables from this environment")
-    parser.add_argument("--workdir", help="the job's working directory (paths keep <workdir> without it)")
+    parser.add_argument(
+        "--env", action="append", metavar="NAME=VALUE", help="the job's environment"
+    )
+    parser.add_argument(
+        "--inherit-env", action="store_true", help="add the named variables from this environment"
+    )
+    parser.add_argument(
+        "--workdir", help="the job's working directory (paths keep <workdir> without it)"
+    )
     parser.add_argument("--profile", help="policy profile (default: default)")
     parser.add_argument("--policy", help="policy TOML file (in-process only)")
-    parser.add_argument("--strict", action="store_true", help="options that would be dropped are errors")
-    parser.add_argument("--attach", action="append", metavar="OPTION=FILE", help="attach the file an option names")
-    parser.add_argument("--read-files", action="store_true", help="attach every file the config names that exists here")
+    parser.add_argument(
+        "--strict", action="store_true", help="options that would be dropped are errors"
+    )
+    parser.add_argument(
+        "--attach", action="append", metavar="OPTION=FILE", help="attach the file an option names"
+    )
+    parser.add_argument(
+        "--read-files",
+        action="store_true",
+        help="attach every file the config names that exists here",
+    )
     parser.add_argument("--server", metavar="HOST:PORT", help="resolve through a running server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="npu-resolve", description="Resolve an Ascend NPURunConfig before launch.")
+    parser = _Parser(
+        prog="npu-resolve", description="Resolve an Ascend NPURunConfig before launch."
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     resolve = sub.add_parser("resolve", help="resolve a config for one product")
     _resolve_arguments(resolve)
     resolve.add_argument("--format", choices=FORMATS, default="table")
-    resolve.add_argument("--validate-only", action="store_true", help="report only (through a server: status OK)")
+    resolve.add_argument(
+        "--validate-only", action="store_true", help="report only (through a server: status OK)"
+    )
     resolve.set_defaults(func=_cmd_resolve)
 
     products = sub.add_parser("products", help="list the products and their aliases")
@@ -276,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"npu-resolve: {exc}\n")
         return EXIT_USAGE
-    except Unreachable as exc:
+    except UnreachableError as exc:
         sys.stderr.write(f"npu-resolve: server unreachable: {exc}\n")
         return EXIT_UNREACHABLE
     except BrokenPipeError:

@@ -26,7 +26,9 @@ def source_wording() -> dict[str, str]:
 def render_products(products: list[dict[str, Any]]) -> str:
     lines = []
     for p in products:
-        lines.append(f"{p['id']:<16} {p['name']}  ({p['family']} family; source: {p['source_name']})")
+        lines.append(
+            f"{p['id']:<16} {p['name']}  ({p['family']} family; source: {p['source_name']})"
+        )
         if p["aliases"]:
             lines.append(f"{'':<16} aliases: {', '.join(p['aliases'])}")
     return "\n".join(lines)
@@ -52,15 +54,20 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
         return json.dumps(described, indent=2, ensure_ascii=False)
     flags = [f for f in ("deprecated", "experimental", "unsupported_version") if described[f]]
     lines = [
-        f"{name}  ({described['type']}, {described['section']})" + (f"  [{', '.join(flags)}]" if flags else ""),
+        f"{name}  ({described['type']}, {described['section']})"
+        + (f"  [{', '.join(flags)}]" if flags else ""),
         f"  {described['summary']}",
     ]
     if described["env_var"]:
         lines.append(f"  environment variable: {described['env_var']} (the explicit option wins)")
     if described["aliases"]:
-        lines.append("  old names: " + ", ".join(f"{k} = {v}" for k, v in described["aliases"].items()))
+        lines.append(
+            "  old names: " + ", ".join(f"{k} = {v}" for k, v in described["aliases"].items())
+        )
     lines.append("")
-    lines.append(f"  {'product':<16} {'acts in':<20} {'default (training / inference)':<34} allowed")
+    lines.append(
+        f"  {'product':<16} {'acts in':<20} {'default (training / inference)':<34} allowed"
+    )
     for pid_, s in described["products"].items():
         modes = ", ".join(s["modes"]) if s["supported"] else "not supported"
         defaults = f"{_value(s['defaults']['training'])} / {_value(s['defaults']['inference'])}"
@@ -95,7 +102,9 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
     rows = result.rows if show_all else result.differing
     width = max((len(r.option) for r in rows), default=6)
     cols = [max(24, len(p)) for p in result.products]
-    header = f"{'option':<{width}}  " + "  ".join(f"{p:<{w}}" for p, w in zip(result.products, cols, strict=True))
+    header = f"{'option':<{width}}  " + "  ".join(
+        f"{p:<{w}}" for p, w in zip(result.products, cols, strict=True)
+    )
     lines = [header]
     for row in rows:
         cells = []

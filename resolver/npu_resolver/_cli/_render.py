@@ -108,9 +108,7 @@ def render_python(result: Resolution) -> str:
 
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
     """The export lines for the environment variables that shaped this resolution."""
-    lines = [
-        f"export {name}={shlex.quote(env[name])}" for name in NAMED_ENV_VARS if name in env
-    ]
+    lines = [f"export {name}={shlex.quote(env[name])}" for name in NAMED_ENV_VARS if name in env]
     return "\n".join(lines) if lines else "# no environment variable named by the source is set"
 
 

@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 from .._describe import describe_catalog
 from .._diff import DiffResult, diff
-from .._model import ResolveRequest, Resolution
+from .._model import Resolution, ResolveRequest
 from .._policy import Policy
 from .._products import PRODUCTS
 
 
-class Unreachable(Exception):
+class UnreachableError(Exception):
     """The server could not be reached (exit status 3)."""
 
 
@@ -62,7 +62,7 @@ class Remote:
         try:
             from npu_resolver_client import ResolverClient, ResolverUnavailable
         except ImportError as exc:  # pragma: no cover - the client ships with the package
-            raise Unreachable(f"the gRPC client is not installed: {exc}") from exc
+            raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
         self._unavailable = ResolverUnavailable
         self._client = ResolverClient(target, timeout=timeout)
 
@@ -70,7 +70,7 @@ class Remote:
         try:
             return getattr(self._client, method)(*args)
         except self._unavailable as exc:
-            raise Unreachable(str(exc)) from exc
+            raise UnreachableError(str(exc)) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         from npu_resolver_client import ResolveError

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final, TypeVar
 
@@ -109,19 +109,19 @@ class Issues:
         self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
         """Record a break of the format."""
-        if not self._full(error=True):
-            issue = ParseIssue(line, column, where(line, column) + text, suggestion, rule or self.rule)
-            self._items.append(issue)
+        self._add(ParseIssue(line, column, text, suggestion, rule or self.rule, False))
 
     def note(
         self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
         """Record input that is accepted but not as the source writes it (INFO)."""
-        if not self._full(error=False):
-            issue = ParseIssue(
-                line, column, where(line, column) + text, suggestion, rule or self.rule, True
-            )
-            self._items.append(issue)
+        self._add(ParseIssue(line, column, text, suggestion, rule or self.rule, True))
+
+    def _add(self, issue: ParseIssue) -> None:
+        """Keep `issue`, its message prefixed with where it is, unless the list is full."""
+        if not self._full(error=issue.is_error):
+            message = where(issue.line, issue.column) + issue.message
+            self._items.append(replace(issue, message=message))
 
     def unknown(
         self,
@@ -131,14 +131,18 @@ class Issues:
         word: str,
         choices: Sequence[str],
         *,
+        within: str = "",
         rule: str | None = None,
     ) -> None:
-        """Record a word that is not one of `choices`, naming the closest one."""
+        """Record a word that is not one of `choices`, naming the closest one.
+
+        `within` (e.g. " in 'white-list'") follows the word, saying where it was found.
+        """
         if self._full(error=True):
             return
         suggestion = closest(word, choices)
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-        text = f"unknown {kind} {show(word)}{hint}; expected one of {', '.join(choices)}"
+        text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {', '.join(choices)}"
         self.error(line, column, text, suggestion=suggestion, rule=rule)
 
     def freeze(self) -> tuple[ParseIssue, ...]:
@@ -272,7 +276,8 @@ def remember(
     seen: dict[str, tuple[V, int]],
     key: str,
     value: V,
-    where_: tuple[int, int],
+    *,
+    at: tuple[int, int],
     what: str,
 ) -> None:
     """Keep the first setting of `key`; a repeat is a note if equal, else an error.
@@ -280,7 +285,7 @@ def remember(
     The source never says which of two settings wins, so a conflicting repeat cannot be
     resolved and is refused; an identical one is harmless.
     """
-    line, column = where_
+    line, column = at
     earlier = seen.get(key)
     if earlier is None:
         seen[key] = (value, line)

@@ -10,7 +10,6 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from json.decoder import scanstring
 from typing import Final
 
 from ._common import Issues, line_and_column, show
@@ -19,6 +18,7 @@ Path = tuple[str | int, ...]
 """Where a value sits: object keys and list indexes from the root."""
 
 _MAX_TRACKED_DEPTH: Final = 4
+_DECODER: Final = json.JSONDecoder()
 _WS: Final = re.compile(r"[ \t\n\r]*")
 _TOKEN: Final = re.compile(r'["{}\[\],]')
 _STRING_OR_COMMENT: Final = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*')
@@ -92,7 +92,8 @@ def _scan(text: str) -> _Layout:
         char, at, pos = token.group(), token.start(), token.end()
         top = stack[-1] if stack else None
         if char == '"':
-            name, pos = scanstring(text, at + 1, True)
+            decoded, pos = _DECODER.raw_decode(text, at)
+            name = str(decoded)
             after = _skip_space(text, pos)
             if top is not None and top.keys is not None and text.startswith(":", after):
                 top.key = name
@@ -141,7 +142,9 @@ class JsonDoc:
                 return line_and_column(self.text, offset)
         return 0, 0
 
-    def error(self, path: Path, text: str, *, suggestion: str = "", rule: str | None = None) -> None:
+    def error(
+        self, path: Path, text: str, *, suggestion: str = "", rule: str | None = None
+    ) -> None:
         line, column = self.position(path)
         self.issues.error(line, column, text, suggestion=suggestion, rule=rule)
 
@@ -150,20 +153,28 @@ class JsonDoc:
         self.issues.note(line, column, text, rule=rule)
 
     def unknown(
-        self, path: Path, what: str, word: str, choices: Sequence[str], *, rule: str | None = None
+        self,
+        path: Path,
+        what: str,
+        word: str,
+        choices: Sequence[str],
+        *,
+        within: str = "",
+        rule: str | None = None,
     ) -> None:
         line, column = self.position(path)
-        self.issues.unknown(line, column, what, word, choices, rule=rule)
+        self.issues.unknown(line, column, what, word, choices, within=within, rule=rule)
 
     def check_keys(
         self, path: Path, obj: dict[str, object], allowed: Sequence[str], *, rule: str | None = None
     ) -> None:
         """Report each key of `obj` that is not in `allowed`, with the closest allowed one."""
+        within = f" in {describe(path)}" if path else ""
         for key in obj:
             if key not in allowed:
-                self.unknown((*path, key), f"key in {describe(path)}", key, allowed, rule=rule)
+                self.unknown((*path, key), "key", key, allowed, within=within, rule=rule)
 
-    def object(self, path: Path, value: object, *, rule: str | None = None) -> dict[str, object]:
+    def mapping(self, path: Path, value: object, *, rule: str | None = None) -> dict[str, object]:
         """`value` if it is an object, else {} after an issue naming the path."""
         if isinstance(value, dict):
             return value
@@ -172,24 +183,45 @@ class JsonDoc:
 
     def strings(self, path: Path, value: object, *, rule: str | None = None) -> tuple[str, ...]:
         """The non-empty strings of a list of strings; everything else is an issue."""
+        return tuple(item for _, item in self._indexed_strings(path, value, rule))
+
+    def words(
+        self,
+        path: Path,
+        value: object,
+        allowed: Sequence[str],
+        *,
+        what: str,
+        rule: str | None = None,
+    ) -> frozenset[str]:
+        """The members of a list of strings that are in `allowed`; the others are issues."""
+        kept: set[str] = set()
+        for index, item in self._indexed_strings(path, value, rule):
+            if item in allowed:
+                kept.add(item)
+            else:
+                self.unknown((*path, index), what, item, allowed, rule=rule)
+        return frozenset(kept)
+
+    def _indexed_strings(
+        self, path: Path, value: object, rule: str | None
+    ) -> list[tuple[int, str]]:
         if not isinstance(value, list):
             self.error(
                 path, f"{describe(path)} must be a list of strings, not {kind(value)}", rule=rule
             )
-            return ()
-        kept: list[str] = []
+            return []
+        kept: list[tuple[int, str]] = []
+        item: object
         for index, item in enumerate(value):
+            at = (*path, index)
             if not isinstance(item, str):
-                self.error(
-                    (*path, index),
-                    f"{describe((*path, index))} must be a string, not {kind(item)}",
-                    rule=rule,
-                )
+                self.error(at, f"{describe(at)} must be a string, not {kind(item)}", rule=rule)
             elif not item.strip():
-                self.error((*path, index), f"{describe((*path, index))} is empty", rule=rule)
+                self.error(at, f"{describe(at)} is empty", rule=rule)
             else:
-                kept.append(item)
-        return tuple(kept)
+                kept.append((index, item))
+        return kept
 
 
 def _blank_comments(text: str) -> tuple[str, int | None]:
@@ -209,11 +241,14 @@ def _blank_comments(text: str) -> tuple[str, int | None]:
     return "".join(parts), first
 
 
-def load_object(text: str, issues: Issues, *, allow_comments: bool = False) -> JsonDoc | None:
+def load_object(
+    text: str, issues: Issues, *, allow_comments: bool = False, rule: str | None = None
+) -> JsonDoc | None:
     """Parse `text` as one JSON object, or return None after an issue saying why not.
 
     Repeated keys are errors (JSON would keep only the last); with `allow_comments`, '//'
-    comments are accepted with a note because the source's own example carries them.
+    comments are accepted with a note because the source's own example carries them. `rule`
+    is the rule the file's being JSON comes from, when not the parser's own.
     """
     comment_at = None
     if allow_comments:
@@ -230,11 +265,11 @@ def load_object(text: str, issues: Issues, *, allow_comments: bool = False) -> J
         # Numbers are never valid values in these files; float() avoids int's digit-limit error.
         value: object = json.loads(text, object_pairs_hook=pairs, parse_int=float)
     except json.JSONDecodeError as exc:
-        issues.error(exc.lineno, exc.colno, f"invalid JSON: {exc.msg}")
+        issues.error(exc.lineno, exc.colno, f"invalid JSON: {exc.msg}", rule=rule)
         return None
     except (RecursionError, ValueError) as exc:
         reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        issues.error(0, 0, f"invalid JSON: {reason}")
+        issues.error(0, 0, f"invalid JSON: {reason}", rule=rule)
         return None
     if comment_at is not None:
         line, column = line_and_column(text, comment_at)
@@ -245,7 +280,8 @@ def load_object(text: str, issues: Issues, *, allow_comments: bool = False) -> J
         )
     if not isinstance(value, dict):
         line, column = line_and_column(text, _skip_space(text, 0))
-        issues.error(line, column, f"the file must hold a JSON object {{...}}, not {kind(value)}")
+        text = f"the file must hold a JSON object {{...}}, not {kind(value)}"
+        issues.error(line, column, text, rule=rule)
         return None
     doc = JsonDoc(text, value, issues)
     if repeated:

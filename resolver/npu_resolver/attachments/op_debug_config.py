@@ -68,7 +68,7 @@ def _parse(text: str, issues: Issues) -> OpDebugConfig:
             issues.unknown(line, column, "key", key, KEYS)
             continue
         if key in seen:
-            remember(issues, seen, key, value, (line, column), "key")
+            remember(issues, seen, key, value, at=(line, column), what="key")
             continue
         seen[key] = (value, line)
         if key == KEYS[0]:
@@ -90,7 +90,7 @@ def _options(value: str, line: int, column: int, issues: Issues) -> frozenset[st
         elif item not in OPTIONS:
             issues.unknown(line, at, "option", item, OPTIONS)
         else:
-            remember(issues, found, item, True, (line, at), "option")
+            remember(issues, found, item, True, at=(line, at), what="option")
     return frozenset(found)
 
 
@@ -106,10 +106,11 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
             ops.append(item)
         elif prefix.casefold() != OP_TYPE_PREFIX.casefold():
             suggestion = closest(prefix, (OP_TYPE_PREFIX,))
+            hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
             issues.error(
                 line,
                 at,
-                f"unknown prefix {show(prefix)}; an op type is written 'OpType::typeName'",
+                f"unknown prefix {show(prefix)}{hint}; an op type is written 'OpType::typeName'",
                 suggestion=suggestion,
             )
         elif not op_type.strip():
