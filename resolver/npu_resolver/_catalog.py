@@ -36,6 +36,10 @@ class OptionView:
     """The source gives a default elsewhere but none here (and does not say 'none')."""
     blocked_values: Mapping[JSON, ValueGate]
     """Allowed values that this product, mode or version does not support."""
+    pytype: type | None
+    """The Python type a value arrives in when no conversion is needed."""
+    plain: bool
+    """No alias table and no format check: a value of `pytype` needs only choices and range."""
 
     @property
     def acts(self) -> bool:
@@ -43,6 +47,14 @@ class OptionView:
 
 
 View = Mapping[str, OptionView]
+
+
+_PYTYPES: Final[Mapping[OptType, type]] = {
+    OptType.INT: int,
+    OptType.BOOL: bool,
+    OptType.STR: str,
+    OptType.PATH: str,
+}
 
 
 def _matches(products: frozenset[str] | None, mode_gate: Mode | None, pid: str, mode: Mode) -> bool:
@@ -72,6 +84,8 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         and bool(option.defaults)
         and pid not in option.no_default_products,
         blocked_values=blocked,
+        pytype=_PYTYPES.get(option.type),
+        plain=not option.aliases and option.validator is None,
     )
 
 

@@ -106,9 +106,9 @@ def round_hccl_timeout(state: State) -> None:
     value = slot.value
     rounded = max(68, value // 68 * 68)
     if rounded != value:
-        slot.requested = value
-        slot.value = rounded
-        slot.rules.append("R-HCT-3")
+        state.slots["hccl_timeout"] = slot._replace(
+            value=rounded, requested=value, rules=(*slot.rules, "R-HCT-3")
+        )
         state.emit(
             Code.ROUNDED,
             "hccl_timeout",
@@ -369,9 +369,9 @@ def debug_level_on_350(state: State) -> None:
 
 def experimental_warning(state: State) -> None:
     """R-EXP-2: experimental options may change and are not for commercial products."""
-    for name, slot in state.slots.items():
+    for name in state.touched:
         option = state.view[name].option
-        if option.experimental and slot.is_set:
+        if option.experimental and state.is_set(name):
             state.emit(
                 Code.EXPERIMENTAL,
                 name,
@@ -383,9 +383,9 @@ def experimental_warning(state: State) -> None:
 
 def deprecated_warning(state: State) -> None:
     """The 'to be removed' options still apply, with a warning when a caller sets them."""
-    for name, slot in state.slots.items():
+    for name in state.touched:
         option = state.view[name].option
-        if option.deprecated and slot.is_set:
+        if option.deprecated and state.is_set(name):
             state.emit(
                 Code.DEPRECATED,
                 name,

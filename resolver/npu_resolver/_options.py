@@ -417,3 +417,10 @@ OPTIONS: Final[tuple[Option, ...]] = (
 PATH_ENV_VARS: Final = ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH", "ASCEND_CACHE_PATH", "HOME")
 CACHE_ENV_VARS: Final = ("ASCEND_MAX_OP_CACHE_SIZE", "ASCEND_REMAIN_CACHE_SIZE_RATIO")
 FLAG_ENV_VARS: Final = ("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM",)
+NAMED_ENV_VARS: Final = (
+    *PATH_ENV_VARS,
+    *(o.env for o in OPTIONS if o.env),
+    *CACHE_ENV_VARS,
+    *FLAG_ENV_VARS,
+)
+"""Every environment variable rules.md names: the only ones that matter to a resolution."""

@@ -10,11 +10,13 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from ._catalog import CATALOG, Catalog, OptionView
 from ._content import apply_content_rules
-from ._cross import CROSS_RULES, Stage
+from ._cross import CROSS_RULES, CrossRule, Stage
 from ._model import (
     JSON,
     Code,
@@ -24,6 +26,7 @@ from ._model import (
     ResolveRequest,
     Severity,
     Source,
+    unset,
 )
 from ._options import CACHE_ENV_VARS
 from ._paths import effective_paths
@@ -35,18 +38,40 @@ from ._values import Parsed, Problem, parse, show
 MAX_CONFIG_KEYS: Final = 512
 DEFAULT_PROFILE: Final = "default"
 _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
-_STAGES_AFTER_GATES: Final = (Stage.DERIVED, Stage.ROUNDING, Stage.CROSS)
+_DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULTS)
+_DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
+_LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
 
 
+_FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
+_MAX_FRAGMENTS: Final = 4096
+
+
+def _fragment(name: str, value: JSON) -> str:
+    """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
+    if isinstance(value, dict | list):
+        return f"{json.dumps(name)}:{_canonical(value)}"
+    key = (name, type(value), value)
+    text = _FRAGMENTS.get(key)
+    if text is None:
+        text = f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
+        if len(_FRAGMENTS) < _MAX_FRAGMENTS:
+            _FRAGMENTS[key] = text
+    return text
+
+
+def _canonical(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
-    """A stable hash of product + options: equal configs, equal fingerprints."""
-    canonical = json.dumps(
-        {"product": product, "options": options},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    """A stable hash of product + options: equal configs, equal fingerprints.
+
+    The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys).
+    """
+    body = ",".join(_fragment(name, options[name]) for name in sorted(options))
+    canonical = f'{{"options":{{{body}}},"product":{_canonical(product)}}}'
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -203,83 +228,141 @@ def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | 
     return parsed.value if isinstance(parsed, Parsed) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Base:
+    """The documented defaults of one product and mode, before any caller or policy acts."""
+
+    slots: Mapping[str, Slot]
+    provenance: Mapping[str, Provenance]
+    undocumented: Mapping[str, str]
+    order: Mapping[str, int]
+
+
+@lru_cache(maxsize=64)
+def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
+    slots: dict[str, Slot] = {}
+    undocumented: dict[str, str] = {}
+    for name, view in catalog.view(pid, mode).items():
+        default = view.default
+        if not view.acts:
+            continue
+        if default is None:
+            if view.undocumented:
+                undocumented[name] = view.option.defaults[0].rule
+            continue
+        if default.value in view.blocked_values:
+            continue
+        rules = (default.rule,)
+        if view.range is not None and view.range.rule != default.rule:
+            rules += (view.range.rule,)
+        slots[name] = Slot(default.value, view.default_source, rules)
+    return _Base(
+        slots=slots,
+        provenance={name: _provenance(slot) for name, slot in slots.items()},
+        undocumented=undocumented,
+        order={name: i for i, name in enumerate(catalog.by_name)},
+    )
+
+
+def _slot(
+    state: State,
+    view: OptionView,
+    given: tuple[JSON, JSON] | None,
+    from_env: JSON,
+    layer: PolicyLayer,
+) -> Slot | None:
+    """Step 5 for one option: lock > explicit > env > policy default > documented default."""
+    option = view.option
+    name = option.name
+    lock = layer.locked.get(name)
+    env_rules = (option.env_rule,) if option.env else ()
+    if lock is not None:
+        value = _policy_value(state, view, lock)
+        if value is None:
+            return None
+        asked = given[0] if given is not None else from_env
+        requested: JSON = unset()
+        if asked is not None and asked != value:
+            requested = given[1] if given is not None else state.env.get(option.env)
+            via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
+            state.emit(
+                Code.POLICY_LOCKED,
+                name,
+                option.rule,
+                f"{via} is replaced by the policy's locked value {show(value)} "
+                f"({lock.detail}); ask the platform team to change the lock.",
+            )
+        return Slot(
+            value,
+            Source.POLICY_LOCKED,
+            (option.rule,),
+            requested=requested,
+            detail=lock.detail,
+            all_products=lock.all_products,
+        )
+    if name in state.refused:
+        return None
+    if given is not None:
+        if from_env is not None:
+            state.emit(
+                Code.ENV_OVERRIDDEN,
+                name,
+                option.env_rule,
+                f"{option.env} is set but the explicit {name} {show(given[0])} wins; "
+                "remove one of them to avoid confusion.",
+            )
+        return Slot(
+            given[0],
+            Source.USER,
+            (option.rule, *(env_rules if from_env is not None else ())),
+            requested=given[1] if given[1] != given[0] else unset(),
+        )
+    if from_env is not None:
+        state.emit(
+            Code.FROM_ENV,
+            name,
+            option.env_rule,
+            f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
+        )
+        return Slot(from_env, Source.ENV, (option.rule, *env_rules), env_var=option.env)
+    entry = layer.defaults.get(name)
+    if entry is not None:
+        value = _policy_value(state, view, entry)
+        if value is not None:
+            return Slot(
+                value,
+                Source.POLICY,
+                (option.rule,),
+                detail=entry.detail,
+                all_products=entry.all_products,
+            )
+    return None
+
+
 def _precedence(
     state: State,
     explicit: Mapping[str, tuple[JSON, JSON]],
     env_values: Mapping[str, JSON],
     layer: PolicyLayer,
+    base: _Base,
 ) -> None:
-    """Step 5: lock > explicit > env > policy default > documented default, per option."""
-    for name, view in state.view.items():
-        option = view.option
-        lock = layer.locked.get(name)
-        if name in state.refused and lock is None:
-            continue
-        given = explicit.get(name)
-        from_env = env_values.get(name)
-        env_rules = [option.env_rule] if option.env else []
-        if lock is not None:
-            value = _policy_value(state, view, lock)
-            if value is None:
-                continue
-            slot = Slot(value, Source.POLICY_LOCKED, [option.rule], detail=lock.detail)
-            slot.all_products = lock.all_products
-            asked = given[0] if given is not None else from_env
-            if asked is not None and asked != value:
-                slot.requested = given[1] if given is not None else state.env.get(option.env)
-                via = (
-                    f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
-                )
-                state.emit(
-                    Code.POLICY_LOCKED,
-                    name,
-                    option.rule,
-                    f"{via} is replaced by the policy's locked value {show(value)} "
-                    f"({lock.detail}); ask the platform team to change the lock.",
-                )
-        elif given is not None:
-            slot = Slot(given[0], Source.USER, [option.rule])
-            if given[1] != given[0]:
-                slot.requested = given[1]
-            if from_env is not None:
-                slot.rules += env_rules
-                state.emit(
-                    Code.ENV_OVERRIDDEN,
-                    name,
-                    option.env_rule,
-                    f"{option.env} is set but the explicit {name} {show(given[0])} wins; "
-                    f"remove one of them to avoid confusion.",
-                )
-        elif from_env is not None:
-            slot = Slot(from_env, Source.ENV, [option.rule, *env_rules], env_var=option.env)
-            state.emit(
-                Code.FROM_ENV,
-                name,
-                option.env_rule,
-                f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
-            )
-        elif name in layer.defaults:
-            entry = layer.defaults[name]
-            value = _policy_value(state, view, entry)
-            if value is None:
-                continue
-            slot = Slot(value, Source.POLICY, [option.rule], detail=entry.detail)
-            slot.all_products = entry.all_products
-        elif view.default is not None:
-            default = view.default
-            slot = Slot(default.value, view.default_source, [default.rule])
-            if view.range is not None and view.range.rule != default.rule:
-                slot.rules.append(view.range.rule)
-        else:
-            if view.undocumented and view.acts:
-                state.undocumented[name] = option.defaults[0].rule
-            continue
-        state.slots[name] = slot
+    """Step 5: only options someone set are looked at; the rest keep the shared defaults."""
+    touched = {*explicit, *env_values, *layer.locked, *layer.defaults, *state.refused}
+    state.touched = sorted(touched, key=base.order.__getitem__)
+    for name in state.touched:
+        slot = _slot(state, state.view[name], explicit.get(name), env_values.get(name), layer)
+        if slot is not None:
+            state.slots[name] = slot
+            state.undocumented.pop(name, None)
+        elif name in state.refused or name in layer.locked:
+            state.slots.pop(name, None)
 
 
 def _gates(state: State) -> None:
     """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
-    for name in list(state.slots):
+    for name in state.touched:
+        if name not in state.slots:
+            continue
         view = state.view[name]
         option = view.option
         if option.unsupported_version:
@@ -348,14 +431,22 @@ def _undocumented(state: State) -> None:
             )
 
 
+_PROVENANCE: dict[tuple[object, ...], Provenance] = {}
+_MAX_PROVENANCE: Final = 4096
+
+
 def _provenance(slot: Slot) -> Provenance:
-    return Provenance(
-        source=slot.source,
-        rules=tuple(dict.fromkeys(slot.rules)),
-        requested=slot.requested,
-        env_var=slot.env_var,
-        detail=slot.detail,
-    )
+    """Provenance records recur (same source, rules, env var): build each once."""
+    key = (slot.source, slot.rules, type(slot.requested), slot.requested, slot.env_var, slot.detail)
+    try:
+        cached = _PROVENANCE.get(key)
+    except TypeError:  # an unhashable requested value (a list or object)
+        cached, key = None, ()
+    if cached is None:
+        cached = Provenance(slot.source, slot.rules, slot.requested, slot.env_var, slot.detail)
+        if key and len(_PROVENANCE) < _MAX_PROVENANCE:
+            _PROVENANCE[key] = cached
+    return cached
 
 
 def resolve(
@@ -401,30 +492,43 @@ def resolve(
             diagnostics=probe.diagnostics,
             refused=probe.refused,
         )
+    base = _base(catalog, pid, mode)
+    state.slots = dict(base.slots)
+    state.undocumented = dict(base.undocumented)
     env_values = _read_env(state, catalog)
-    _precedence(state, explicit, env_values, layer)
-    for rule in CROSS_RULES:
-        if rule.stage is Stage.DEFAULTS:
-            rule.apply(state)
+    _precedence(state, explicit, env_values, layer, base)
+    _run(_DEFAULT_RULES, state)
     _undocumented(state)
     _gates(state)
-    for stage in _STAGES_AFTER_GATES:
-        for rule in CROSS_RULES:
-            if rule.stage is stage:
-                rule.apply(state)
-        if stage is Stage.DERIVED:
-            apply_content_rules(state, request.attachments, explicit)
-    paths = effective_paths(state)
-    options = {name: slot.value for name, slot in state.slots.items()}
-    ok = not any(d.severity is Severity.ERROR for d in state.diagnostics)
+    _run(_DERIVED_RULES, state)
+    apply_content_rules(state, request.attachments, explicit)
+    _run(_LATE_RULES, state)
+    return _result(state, base, catalog, policy_version)
+
+
+def _run(rules: tuple[CrossRule, ...], state: State) -> None:
+    for rule in rules:
+        rule.apply(state)
+
+
+def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) -> Resolution:
+    slots = state.slots
+    if any(name not in base.slots for name in slots):
+        slots = {name: slots[name] for name in sorted(slots, key=base.order.__getitem__)}
+    options = {name: slot.value for name, slot in slots.items()}
+    shared = base.slots
+    provenance = {
+        name: base.provenance[name] if shared.get(name) is slot else _provenance(slot)
+        for name, slot in slots.items()
+    }
     return Resolution(
-        ok=ok,
-        product=pid,
+        ok=not any(d.severity is Severity.ERROR for d in state.diagnostics),
+        product=state.pid,
         options=options,
-        provenance={name: _provenance(slot) for name, slot in state.slots.items()},
+        provenance=provenance,
         diagnostics=tuple(state.diagnostics),
-        paths=paths,
+        paths=effective_paths(state),
         catalog_version=catalog.version,
         policy_version=policy_version,
-        fingerprint=fingerprint(pid, options),
+        fingerprint=fingerprint(state.pid, options),
     )

@@ -197,7 +197,7 @@ def _read_tables(
                         continue
                     pids = [pid] if pid else list(PRODUCT_IDS)
                     problems += _check_value(
-                        catalog, table, key, value, pids, scoped=pid is not None
+                        catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
                 tables[(pid, kind)] = _Table(table, dict(values))
         profiles[name] = _Profile(tables)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from ._catalog import View
 from ._model import CODE_SEVERITY, DROP_CODES, JSON, Code, Diagnostic, Severity, Source, unset
 from ._products import BY_ID, Family
 from ._schema import Mode
+
+_UNSET: Final = unset()
 
 SET_SOURCES: Final = frozenset({Source.USER, Source.ENV, Source.POLICY, Source.POLICY_LOCKED})
 """Values a caller or the policy chose (warnings are about these, never about defaults)."""
@@ -47,17 +49,23 @@ class PolicyLike(Protocol):
     def profile_names(self) -> tuple[str, ...]: ...
 
 
-@dataclass(slots=True)
-class Slot:
-    """One option's effective value while the pipeline runs."""
+class Slot(NamedTuple):
+    """One option's effective value while the pipeline runs.
+
+    Immutable (and cheap to build): default slots are shared between requests, so a rule
+    replaces a slot, never edits it.
+    """
 
     value: JSON
     source: Source
-    rules: list[str]
-    requested: JSON = field(default_factory=unset)
+    rules: tuple[str, ...]
+    requested: JSON = _UNSET
     env_var: str = ""
     detail: str = ""
     all_products: bool = False
+
+    def with_rule(self, rule: str) -> Slot:
+        return self if rule in self.rules else self._replace(rules=(*self.rules, rule))
 
     @property
     def is_set(self) -> bool:
@@ -74,6 +82,8 @@ class State:
     workdir: str
     slots: dict[str, Slot] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
+    """Options a caller, the environment or the policy set, in catalog order."""
     refused: set[str] = field(default_factory=set)
     """Options whose given value was an error: they stay out of the answer."""
     undocumented: dict[str, str] = field(default_factory=dict)
@@ -117,16 +127,16 @@ class State:
         """A rule overrides the value; the value it replaced goes to provenance."""
         slot = self.slots.get(name)
         if slot is None or slot.value == value:
-            if slot is not None and rule not in slot.rules:
-                slot.rules.append(rule)
+            if slot is not None:
+                self.slots[name] = slot.with_rule(rule)
             return
         requested = slot.value if slot.is_set else unset()
         self.slots[name] = Slot(
-            value, Source.DERIVED, [*slot.rules, rule], requested=requested, detail=detail
+            value, Source.DERIVED, (*slot.rules, rule), requested=requested, detail=detail
         )
         self.emit(Code.FORCED, name, rule, message)
 
     def add_rule(self, name: str, rule: str) -> None:
         slot = self.slots.get(name)
-        if slot is not None and rule not in slot.rules:
-            slot.rules.append(rule)
+        if slot is not None:
+            self.slots[name] = slot.with_rule(rule)

@@ -137,6 +137,10 @@ def parse(
 ) -> Parsed | Problem:
     """Parse a caller's (or an env var's, `from_text`) value for one product's view."""
     option = view.option
+    if type(raw) is view.pytype and view.plain:
+        rng = view.range
+        if (not option.choices or raw in option.choices) and (rng is None or rng.contains(raw)):
+            return Parsed(raw)
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
         return coerced

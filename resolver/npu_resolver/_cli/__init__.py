@@ -17,10 +17,11 @@ from typing import Final, NoReturn
 
 from .._catalog import CATALOG
 from .._model import JSON, Resolution, ResolveRequest
+from .._options import NAMED_ENV_VARS
 from .._policy import Policy, PolicyError, load_policy
 from .._schema import OptType
 from ._explain import render_diff, render_explain, render_products
-from ._render import FORMATS, NAMED_ENV_VARS, render_env, render_json, render_python, render_table
+from ._render import FORMATS, render_env, render_json, render_python, render_table
 from ._transport import InProcess, Remote, Transport, UnreachableError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3

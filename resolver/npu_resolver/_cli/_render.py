@@ -8,15 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from .._model import JSON, Diagnostic, Resolution, Severity, Source
-from .._options import CACHE_ENV_VARS, FLAG_ENV_VARS, OPTIONS, PATH_ENV_VARS
-
-NAMED_ENV_VARS: Final = (
-    *PATH_ENV_VARS,
-    *(o.env for o in OPTIONS if o.env),
-    *CACHE_ENV_VARS,
-    *FLAG_ENV_VARS,
-)
-"""Every environment variable rules.md names: the only ones that matter to a resolution."""
+from .._options import NAMED_ENV_VARS
 
 _COLOURS: Final = {
     Severity.ERROR: "\033[31m",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, TypeVar
 
@@ -81,47 +81,70 @@ def line_and_column(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-class Issues:
-    """Collects one parser's issues, keeping at most MAX_ISSUES so hostile input stays cheap."""
+class _IssueLimitError(Exception):
+    """Raised inside a parser once MAX_ISSUES errors are kept: the rest is not worth reading."""
 
-    __slots__ = ("_items", "_omitted_errors", "_omitted_notes", "rule")
+
+class Issues:
+    """Collects one parser's issues: at most MAX_ISSUES errors and as many notes.
+
+    One error past the cap stops the parse (run_parser turns that into a closing issue), so a
+    file of garbage costs little and never yields a flood of diagnostics.
+    """
+
+    __slots__ = ("_errors", "_items", "_omitted_notes", "_stopped", "rule")
 
     def __init__(self, rule: str) -> None:
         self.rule = rule
         self._items: list[ParseIssue] = []
-        self._omitted_errors = 0
+        self._errors = 0
         self._omitted_notes = 0
+        self._stopped = False
 
-    @property
-    def has_errors(self) -> bool:
-        return self._omitted_errors > 0 or any(item.is_error for item in self._items)
+    def room(self, *, error: bool) -> bool:
+        """Whether one more issue of this kind is kept; check it before costly work.
 
-    def _full(self, *, error: bool) -> bool:
-        if len(self._items) < MAX_ISSUES:
-            return False
+        When the errors are full this stops the parse rather than answer False.
+        """
         if error:
-            self._omitted_errors += 1
-        else:
+            if self._errors >= MAX_ISSUES:
+                self._stopped = True
+                raise _IssueLimitError
+            return True
+        if len(self._items) - self._errors >= MAX_ISSUES:
             self._omitted_notes += 1
+            return False
         return True
 
     def error(
         self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
         """Record a break of the format."""
-        self._add(ParseIssue(line, column, text, suggestion, rule or self.rule, False))
+        if self.room(error=True):
+            self._errors += 1
+            self._add(line, column, text, suggestion, rule, normalized=False)
 
     def note(
         self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
         """Record input that is accepted but not as the source writes it (INFO)."""
-        self._add(ParseIssue(line, column, text, suggestion, rule or self.rule, True))
+        if self.room(error=False):
+            self._add(line, column, text, suggestion, rule, normalized=True)
 
-    def _add(self, issue: ParseIssue) -> None:
-        """Keep `issue`, its message prefixed with where it is, unless the list is full."""
-        if not self._full(error=issue.is_error):
-            message = where(issue.line, issue.column) + issue.message
-            self._items.append(replace(issue, message=message))
+    def _add(
+        self,
+        line: int,
+        column: int,
+        text: str,
+        suggestion: str,
+        rule: str | None,
+        *,
+        normalized: bool,
+    ) -> None:
+        message = where(line, column) + text
+        self._items.append(
+            ParseIssue(line, column, message, suggestion, rule or self.rule, normalized)
+        )
 
     def unknown(
         self,
@@ -138,21 +161,22 @@ class Issues:
 
         `within` (e.g. " in 'white-list'") follows the word, saying where it was found.
         """
-        if self._full(error=True):
-            return
-        suggestion = closest(word, choices)
-        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-        text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {', '.join(choices)}"
-        self.error(line, column, text, suggestion=suggestion, rule=rule)
+        if self.room(error=True):
+            suggestion = closest(word, choices)
+            hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+            listed = ", ".join(choices)
+            text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {listed}"
+            self.error(line, column, text, suggestion=suggestion, rule=rule)
 
     def freeze(self) -> tuple[ParseIssue, ...]:
-        """The issues found, plus one closing issue when some had to be left out."""
-        omitted = self._omitted_errors + self._omitted_notes
-        if not omitted:
-            return tuple(self._items)
-        text = f"{omitted} more issue(s) were not listed; only the first {MAX_ISSUES} are"
-        tail = ParseIssue(0, 0, text, rule=self.rule, normalized=not self._omitted_errors)
-        return (*self._items, tail)
+        """The issues kept, plus one closing issue when some were left out."""
+        if self._stopped:
+            text = f"reading stopped after {MAX_ISSUES} errors; fix these and check again"
+            return (*self._items, ParseIssue(0, 0, text, rule=self.rule))
+        if self._omitted_notes:
+            text = f"{self._omitted_notes} more note(s) were not listed"
+            return (*self._items, ParseIssue(0, 0, text, rule=self.rule, normalized=True))
+        return tuple(self._items)
 
 
 def frozen_map(items: Mapping[K, V]) -> Mapping[K, V]:
@@ -165,8 +189,9 @@ def run_parser(
 ) -> R:
     """Run a parser body so that no input, however broken, makes it raise.
 
-    A leading byte-order mark is blanked (columns stay true) and noted; any exception, which
-    would be a bug, still comes back as an error issue on an empty result.
+    A leading byte-order mark is blanked (columns stay true) and noted. Past MAX_ISSUES errors
+    the result is empty, as it would be refused anyway; any other exception, which would be a
+    bug, still comes back as an error issue on an empty result.
     """
     issues = Issues(rule)
     try:
@@ -177,9 +202,11 @@ def run_parser(
             issues.note(1, 1, "the byte-order mark at the start of the file was ignored")
             text = " " + text[1:]
         return body(text, issues)
-    except Exception as exc:
-        issues.error(0, 0, f"the file could not be parsed ({type(exc).__name__})")
+    except _IssueLimitError:
         return empty(issues=issues.freeze())
+    except Exception as exc:
+        crash = ParseIssue(0, 0, f"the file could not be parsed ({type(exc).__name__})", rule=rule)
+        return empty(issues=(*issues.freeze(), crash))
 
 
 def decode_attachment(data: bytes | str) -> tuple[str | None, ParseIssue | None]:
@@ -251,15 +278,20 @@ def content_lines(text: str) -> Iterator[tuple[int, str, int]]:
         yield number, body.rstrip(), len(line) - len(body) + 1
 
 
-def split_items(text: str, column: int, sep: str = ",") -> list[tuple[str, int]]:
-    """Split `text` (starting at `column`) on `sep`; each item is stripped, with its column."""
-    items: list[tuple[str, int]] = []
-    start = column
-    for part in text.split(sep):
+def split_items(text: str, column: int, sep: str = ",") -> Iterator[tuple[str, int]]:
+    """Split `text` (starting at `column`) on `sep`; each item is stripped, with its column.
+
+    A generator, so a parse stopped at the issue limit does not split the rest of a long line.
+    """
+    start = 0
+    while True:
+        end = text.find(sep, start)
+        part = text[start:] if end < 0 else text[start:end]
         body = part.lstrip()
-        items.append((body.rstrip(), start + len(part) - len(body)))
-        start += len(part) + len(sep)
-    return items
+        yield body.rstrip(), column + start + len(part) - len(body)
+        if end < 0:
+            return
+        start = end + len(sep)
 
 
 def split_pair(body: str, column: int, sep: str = "=") -> tuple[str, str, int] | None:
@@ -290,7 +322,8 @@ def remember(
     if earlier is None:
         seen[key] = (value, line)
     elif earlier[0] == value:
-        issues.note(line, column, f"{what} {show(key)} repeats line {earlier[1]}; ignored")
+        if issues.room(error=False):
+            issues.note(line, column, f"{what} {show(key)} repeats line {earlier[1]}; ignored")
     else:
         issues.error(
             line,

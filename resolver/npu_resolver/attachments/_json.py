@@ -145,12 +145,14 @@ class JsonDoc:
     def error(
         self, path: Path, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
-        line, column = self.position(path)
-        self.issues.error(line, column, text, suggestion=suggestion, rule=rule)
+        if self.issues.room(error=True):
+            line, column = self.position(path)
+            self.issues.error(line, column, text, suggestion=suggestion, rule=rule)
 
     def note(self, path: Path, text: str, *, rule: str | None = None) -> None:
-        line, column = self.position(path)
-        self.issues.note(line, column, text, rule=rule)
+        if self.issues.room(error=False):
+            line, column = self.position(path)
+            self.issues.note(line, column, text, rule=rule)
 
     def unknown(
         self,
@@ -162,8 +164,9 @@ class JsonDoc:
         within: str = "",
         rule: str | None = None,
     ) -> None:
-        line, column = self.position(path)
-        self.issues.unknown(line, column, what, word, choices, within=within, rule=rule)
+        if self.issues.room(error=True):
+            line, column = self.position(path)
+            self.issues.unknown(line, column, what, word, choices, within=within, rule=rule)
 
     def check_keys(
         self, path: Path, obj: dict[str, object], allowed: Sequence[str], *, rule: str | None = None
@@ -286,6 +289,7 @@ def load_object(
     doc = JsonDoc(text, value, issues)
     if repeated:
         for key, offset in doc.layout().repeated:
-            line, column = line_and_column(text, offset)
-            issues.error(line, column, f"key {show(key)} appears twice in the same object")
+            if issues.room(error=True):
+                line, column = line_and_column(text, offset)
+                issues.error(line, column, f"key {show(key)} appears twice in the same object")
     return doc

@@ -181,7 +181,7 @@ def _dtype_ok(item: str, line: int, column: int, issues: Issues) -> bool:
     if not _DTYPE_WORD.fullmatch(item):
         issues.error(line, column, f"{show(item)} is not a dtype name")
         return False
-    if item not in KNOWN_DTYPES:
+    if item not in KNOWN_DTYPES and issues.room(error=False):
         suggestion = closest(item, KNOWN_DTYPES)
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
         text = f"dtype {show(item)} is not one the resolver knows{hint}; check the op supports it"

@@ -59,9 +59,8 @@ def _parse(text: str, issues: Issues) -> OpDebugConfig:
             # The source says the options are comma-separated in the file; a bare list is read
             # as them, but said so because its example always has the key.
             key, value, value_column = KEYS[0], body, column
-            issues.note(
-                line, column, "no 'op_debug_config =' key; the line was read as the option list"
-            )
+            if issues.room(error=False):
+                issues.note(line, column, "no 'op_debug_config =' key; read as the option list")
         else:
             key, value, value_column = pair
         if key not in KEYS:

@@ -1,0 +1,95 @@
+"""The catalog is data that checks itself: these tests prove the checks hold and bite."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from npu_resolver import CATALOG, PRODUCTS, CatalogError, product_id
+from npu_resolver._catalog import Catalog, check_catalog
+from npu_resolver._options import OPTIONS
+from npu_resolver._rules import RULES
+from npu_resolver._schema import Default
+
+SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec"
+RULE_ID = re.compile(r"R-[A-Z0-9]+-[0-9]+")
+
+
+def test_catalog_loads_clean_with_63_options() -> None:
+    assert check_catalog(OPTIONS) == []
+    assert len(CATALOG) == 63
+    assert CATALOG.version == "900"
+
+
+def test_rules_table_matches_rules_md() -> None:
+    text = (SPEC / "rules.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^- (R-[A-Z0-9]+-[0-9]+)", text, flags=re.MULTILINE))
+    assert listed == set(RULES)
+
+
+def test_every_rule_id_is_cited_in_tests() -> None:
+    cited: set[str] = set()
+    for file in Path(__file__).parent.rglob("*"):
+        if file.suffix in {".py", ".json"} and file.name != "test_catalog.py":
+            cited |= set(RULE_ID.findall(file.read_text(encoding="utf-8")))
+    assert set(RULES) - cited == set()
+
+
+def test_duplicate_option_names_are_refused() -> None:
+    with pytest.raises(CatalogError, match="duplicate option names: hccl_timeout"):
+        Catalog((*OPTIONS, CATALOG.by_name["hccl_timeout"]))
+
+
+def test_default_outside_allowed_values_is_refused() -> None:
+    broken = dataclasses.replace(
+        CATALOG.by_name["deterministic"], defaults=(Default(5, "R-DET-1"),)
+    )
+    others = tuple(o for o in OPTIONS if o.name != "deterministic")
+    assert any("default 5 is not an allowed value" in p for p in check_catalog((*others, broken)))
+
+
+def test_default_outside_range_is_refused() -> None:
+    broken = dataclasses.replace(
+        CATALOG.by_name["hccl_timeout"], defaults=(Default(20000, "R-HCT-1"),)
+    )
+    others = tuple(o for o in OPTIONS if o.name != "hccl_timeout")
+    assert any("outside range" in p for p in check_catalog((*others, broken)))
+
+
+def test_gate_naming_unknown_product_is_refused() -> None:
+    broken = dataclasses.replace(
+        CATALOG.by_name["input_batch_cpy"], products=frozenset({"atlas-9000"})
+    )
+    others = tuple(o for o in OPTIONS if o.name != "input_batch_cpy")
+    assert any("unknown product 'atlas-9000'" in p for p in check_catalog((*others, broken)))
+
+
+def test_unused_rule_id_is_refused() -> None:
+    others = tuple(o for o in OPTIONS if o.name != "stream_max_parallel_num")
+    assert any("R-SMP-1" in p for p in check_catalog(others))
+
+
+@pytest.mark.parametrize(
+    ("alias", "pid"),
+    [
+        ("Ascend910B3", "atlas-a2"),
+        ("ascend910b3", "atlas-a2"),
+        ("Ascend910_9392", "atlas-a3"),
+        ("Ascend910ProB", "atlas-training"),
+        ("Ascend310P3", "atlas-300i-duo"),
+        ("Atlas A2", "atlas-a2"),
+        ("ATLAS_300I-duo", "atlas-300i-duo"),
+        ("atlas 350", "atlas-350"),
+        ("Atlas 训练系列产品", "atlas-training"),
+    ],
+)
+def test_product_aliases_ignore_case_spaces_dashes_underscores(alias: str, pid: str) -> None:
+    assert product_id(alias) == pid
+
+
+def test_every_product_has_a_family_and_its_id_is_its_own_alias() -> None:
+    for product in PRODUCTS:
+        assert product_id(product.id) == product.id
+        assert product.family.value in {"new", "legacy"}

@@ -1,0 +1,131 @@
+"""Properties: any request gets a structured, deterministic answer; valid ones are fixpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from npu_resolver import CATALOG, PRODUCTS, Resolution, ResolveRequest, Severity, resolve
+from npu_resolver._options import NAMED_ENV_VARS
+
+OPTION_NAMES = list(CATALOG.by_name)
+PRODUCT_NAMES = [p.id for p in PRODUCTS] + ["Ascend910B3", "atlas a2", "bogus", ""]
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=12)
+json_values = st.recursive(
+    json_scalars | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+option_values = (
+    st.sampled_from(
+        [
+            0,
+            1,
+            2,
+            4,
+            68,
+            600,
+            17340,
+            17341,
+            -1,
+            True,
+            False,
+            "1",
+            "2",
+            "auto",
+            "true",
+            "false",
+            "origin",
+            "mixed_float16",
+            "Host",
+            "force_fp32",
+            "/tmp/x.cfg",
+            "cv",
+            "2|4",
+            {},
+        ]
+    )
+    | json_values
+)
+names = st.sampled_from(OPTION_NAMES) | st.text(min_size=1, max_size=20)
+env_values = st.sampled_from(["", "0", "1", "600", "abc", "/w", "-1", "101"]) | st.text(max_size=8)
+requests = st.builds(
+    ResolveRequest,
+    product=st.sampled_from(PRODUCT_NAMES) | st.text(max_size=12),
+    config=st.dictionaries(names, option_values, max_size=12),
+    env=st.dictionaries(
+        st.sampled_from(NAMED_ENV_VARS) | st.text(max_size=8), env_values, max_size=5
+    ),
+    workdir=st.sampled_from(["", "/job"]),
+    strict=st.booleans(),
+)
+valid_requests = st.builds(
+    ResolveRequest,
+    product=st.sampled_from([p.id for p in PRODUCTS]),
+    config=st.dictionaries(st.sampled_from(OPTION_NAMES), option_values, max_size=20),
+    env=st.dictionaries(st.sampled_from(NAMED_ENV_VARS), env_values, max_size=4),
+)
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _structured(result: Resolution) -> None:
+    assert isinstance(result, Resolution)
+    assert result.ok == (not any(d.severity is Severity.ERROR for d in result.diagnostics))
+    assert set(result.provenance) == set(result.options)
+    for d in result.diagnostics:
+        assert d.message and d.option
+    data: dict[str, Any] = result.to_json()
+    assert Resolution.from_json(data).to_json() == data
+
+
+@FAST
+@given(requests)
+def test_any_request_gives_a_structured_deterministic_answer(request: ResolveRequest) -> None:
+    first = resolve(request)
+    _structured(first)
+    assert resolve(request).to_json() == first.to_json()
+
+
+@FAST
+@given(valid_requests)
+def test_valid_answers_are_fixpoints(request: ResolveRequest) -> None:
+    first = resolve(request)
+    if not first.ok:
+        return
+    again = resolve(
+        ResolveRequest(product=first.product, config=dict(first.options), env=request.env)
+    )
+    assert again.ok, again.diagnostics
+    assert again.options == first.options
+    assert again.fingerprint == first.fingerprint
+
+
+@FAST
+@given(st.dictionaries(st.sampled_from(OPTION_NAMES), option_values, max_size=8))
+def test_key_order_does_not_change_the_answer(config: dict[str, Any]) -> None:
+    forward = resolve(ResolveRequest(product="atlas-a2", config=config))
+    backward = resolve(ResolveRequest(product="atlas-a2", config=dict(reversed(config.items()))))
+    assert forward.to_json() == backward.to_json()
+
+
+def test_deeply_nested_object_is_refused_not_crashing() -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = {}
+        node = node["x"]
+    result = resolve(ResolveRequest(product="atlas-a2", config={"dump_config": deep}))
+    assert not result.ok
+    assert result.diagnostics[0].code == "INVALID_VALUE"
+
+
+def test_huge_config_is_one_clear_error() -> None:
+    config = {f"k{i}": i for i in range(100_000)}
+    result = resolve(ResolveRequest(product="atlas-a2", config=config))
+    assert [d.code for d in result.diagnostics] == ["INVALID_VALUE"]
+    assert "100000 keys" in result.diagnostics[0].message
