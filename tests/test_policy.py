@@ -1,0 +1,162 @@
+"""Platform policy files: what a good one does and how each kind of bad one is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npu_resolver import PolicyError, ResolveRequest, load_policy, parse_policy, resolve
+
+EXAMPLE = """
+[profiles.default.defaults]
+hccl_timeout = 3600
+[profiles.default.locked]
+enable_exception_dump = 1
+[profiles.default.products.atlas-training.defaults]
+hccl_timeout = 1224
+[profiles.debug.defaults]
+op_debug_level = 1
+"""
+
+
+def refused(text: str) -> str:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.toml")
+    return str(info.value)
+
+
+def test_example_policy_gives_issue_answers() -> None:
+    policy = parse_policy(EXAMPLE, "p.toml")
+    a2 = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
+    assert a2.options["hccl_timeout"] == 3600
+    assert a2.provenance["hccl_timeout"].source == "POLICY"
+    assert a2.options["enable_exception_dump"] == 1
+    assert a2.provenance["enable_exception_dump"].source == "POLICY_LOCKED"
+    assert a2.policy_version == policy.version
+    training = resolve(ResolveRequest(product="Ascend910ProB"), policy=policy)
+    assert training.options["hccl_timeout"] == 1224
+
+
+def test_r_exd_1_locked_dump_beats_caller_with_policy_locked_warning() -> None:
+    policy = parse_policy(EXAMPLE, "p.toml")
+    result = resolve(
+        ResolveRequest(product="atlas-a2", config={"enable_exception_dump": 0}), policy=policy
+    )
+    assert result.ok
+    assert result.options["enable_exception_dump"] == 1
+    assert result.provenance["enable_exception_dump"].requested == 0
+    assert [d.code for d in result.diagnostics] == ["POLICY_LOCKED"]
+    strict = resolve(
+        ResolveRequest(product="atlas-a2", config={"enable_exception_dump": 0}, strict=True),
+        policy=policy,
+    )
+    assert not strict.ok
+
+
+def test_r_hct_3_policy_default_600_rounds_to_544_on_training() -> None:
+    policy = parse_policy("[profiles.default.defaults]\nhccl_timeout = 600\n", "p.toml")
+    result = resolve(ResolveRequest(product="atlas-training"), policy=policy)
+    assert result.options["hccl_timeout"] == 544
+    assert result.provenance["hccl_timeout"].source == "POLICY"
+    assert [d.code for d in result.diagnostics] == ["ROUNDED"]
+
+
+def test_debug_profile_turns_cache_off_through_r_occ_2() -> None:
+    policy = parse_policy(EXAMPLE, "p.toml")
+    result = resolve(ResolveRequest(product="atlas-a2", profile="debug"), policy=policy)
+    assert result.options["op_debug_level"] == 1
+    assert result.options["op_compiler_cache_mode"] == "disable"
+
+
+def test_unknown_profile_names_the_known_ones() -> None:
+    policy = parse_policy(EXAMPLE, "p.toml")
+    result = resolve(ResolveRequest(product="atlas-a2", profile="debgu"), policy=policy)
+    assert [d.code for d in result.diagnostics] == ["UNKNOWN_PROFILE"]
+    assert "debug, default" in result.diagnostics[0].message
+    assert result.diagnostics[0].suggestion == "debug"
+
+
+def test_product_table_accepts_aliases() -> None:
+    policy = parse_policy(
+        "[profiles.default.products.Ascend910B3.defaults]\nhccl_timeout = 7\n", "p.toml"
+    )
+    assert resolve(ResolveRequest(product="atlas-a2"), policy=policy).options["hccl_timeout"] == 7
+
+
+def test_all_products_default_skips_products_without_the_option() -> None:
+    policy = parse_policy("[profiles.default.defaults]\ninput_batch_cpy = true\n", "p.toml")
+    training = resolve(ResolveRequest(product="atlas-training"), policy=policy)
+    assert "input_batch_cpy" not in training.options
+    assert training.diagnostics == ()
+    assert resolve(ResolveRequest(product="atlas-a2"), policy=policy).options["input_batch_cpy"]
+
+
+def test_version_is_content_hash_stable_under_formatting() -> None:
+    one = parse_policy("[profiles.default.defaults]\nhccl_timeout = 3600\n", "a.toml")
+    two = parse_policy("# comment\n[profiles.default.defaults]\nhccl_timeout=3600\n", "b.toml")
+    three = parse_policy("[profiles.default.defaults]\nhccl_timeout = 3601\n", "c.toml")
+    assert one.version == two.version != three.version
+
+
+def test_refuses_invalid_toml_naming_the_file() -> None:
+    message = refused("[profiles.default.defaults\nx = 1")
+    assert message.startswith("p.toml: invalid TOML")
+
+
+def test_refuses_unknown_option_naming_table_and_key() -> None:
+    message = refused("[profiles.default.defaults]\nhccl_timeot = 1\n")
+    assert "[profiles.default.defaults] hccl_timeot: unknown option" in message
+    assert "'hccl_timeout'" in message
+
+
+def test_refuses_wrong_type_naming_table_and_key() -> None:
+    message = refused("[profiles.default.locked]\nenable_exception_dump = 'yes'\n")
+    assert "[profiles.default.locked] enable_exception_dump" in message
+
+
+def test_r_hct_3_refuses_value_out_of_product_range() -> None:
+    message = refused("[profiles.default.products.atlas-training.defaults]\nhccl_timeout = 20000\n")
+    assert "[profiles.default.products.atlas-training.defaults] hccl_timeout" in message
+    assert "R-HCT-3" in message
+
+
+def test_r_hct_3_all_products_value_out_of_range_somewhere_is_refused() -> None:
+    message = refused("[profiles.default.defaults]\nhccl_timeout = 20000\n")
+    assert "atlas-training" in message and "hccl_timeout" in message
+
+
+def test_r_ibc_1_refuses_option_the_product_lacks() -> None:
+    message = refused("[profiles.default.products.atlas-training.locked]\ninput_batch_cpy = true\n")
+    assert "input_batch_cpy: the option does not exist on atlas-training" in message
+
+
+def test_r_pm2_2_refuses_value_the_product_lacks() -> None:
+    message = refused(
+        "[profiles.default.products.atlas-training.defaults]\nprecision_mode_v2 = 'mixed_bfloat16'\n"
+    )
+    assert "R-PM2-2" in message
+
+
+def test_r_vpl_2_refuses_locks_that_contradict_each_other() -> None:
+    message = refused(
+        "[profiles.strict.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"
+    )
+    assert "locked variable_placement in profile 'strict'" in message and "R-VPL-2" in message
+
+
+def test_refuses_unknown_product_and_unknown_table_keys() -> None:
+    assert "atlas-9000: unknown product" in refused(
+        "[profiles.default.products.atlas-9000.defaults]\n"
+    )
+    assert "defualts: unknown key" in refused("[profiles.default.defualts]\nhccl_timeout = 1\n")
+    assert "unknown top-level key" in refused("[settings]\nx = 1\n")
+
+
+def test_load_policy_reports_unreadable_and_non_utf8(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy(tmp_path / "missing.toml")
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b"[profiles.default.defaults]\n# \xe9\n")
+    with pytest.raises(PolicyError, match="not UTF-8"):
+        load_policy(bad)
