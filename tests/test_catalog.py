@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from npu_resolver import CATALOG, PRODUCTS, CatalogError, product_id
 from npu_resolver._catalog import Catalog, check_catalog
 from npu_resolver._options import OPTIONS

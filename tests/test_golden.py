@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from npu_resolver import Resolution, ResolveRequest, parse_policy, resolve
 
+from npu_resolver import Resolution, ResolveRequest, parse_policy, resolve
 from tests.conftest import golden_cases
 
 CASES = golden_cases()

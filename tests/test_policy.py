@@ -132,9 +132,8 @@ def test_r_ibc_1_refuses_option_the_product_lacks() -> None:
 
 
 def test_r_pm2_2_refuses_value_the_product_lacks() -> None:
-    message = refused(
-        "[profiles.default.products.atlas-training.defaults]\nprecision_mode_v2 = 'mixed_bfloat16'\n"
-    )
+    table = "[profiles.default.products.atlas-training.defaults]\n"
+    message = refused(table + "precision_mode_v2 = 'mixed_bfloat16'\n")
     assert "R-PM2-2" in message
 
 

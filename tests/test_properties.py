@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from npu_resolver import CATALOG, PRODUCTS, Resolution, ResolveRequest, Severity, resolve
 from npu_resolver._options import NAMED_ENV_VARS
 

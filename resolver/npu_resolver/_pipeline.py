@@ -252,7 +252,7 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
             continue
         if default.value in view.blocked_values:
             continue
-        rules = (default.rule,)
+        rules: tuple[str, ...] = (default.rule,)
         if view.range is not None and view.range.rule != default.rule:
             rules += (view.range.rule,)
         slots[name] = Slot(default.value, view.default_source, rules)
@@ -437,7 +437,14 @@ _MAX_PROVENANCE: Final = 4096
 
 def _provenance(slot: Slot) -> Provenance:
     """Provenance records recur (same source, rules, env var): build each once."""
-    key = (slot.source, slot.rules, type(slot.requested), slot.requested, slot.env_var, slot.detail)
+    key: tuple[object, ...] = (
+        slot.source,
+        slot.rules,
+        type(slot.requested),
+        slot.requested,
+        slot.env_var,
+        slot.detail,
+    )
     try:
         cached = _PROVENANCE.get(key)
     except TypeError:  # an unhashable requested value (a list or object)

@@ -1,7 +1,7 @@
 """JSON loading and shape checks shared by the aoe, mixlist and fusion-switch parsers.
 
-json.loads gives values without positions, so a problem found later is placed by a second,
-linear scan of the text, done only when an issue needs a position or a key repeats.
+json.loads gives values without positions; an issue found later is placed by _json_layout,
+which scans the text only when an issue needs a position or a key repeats.
 """
 
 from __future__ import annotations
@@ -9,25 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 from ._common import Issues, line_and_column, show
+from ._json_layout import Layout, Path, skip_space
 
-Path = tuple[str | int, ...]
-"""Where a value sits: object keys and list indexes from the root."""
-
-_MAX_TRACKED_DEPTH: Final = 4
-_DECODER: Final = json.JSONDecoder()
-_WS: Final = re.compile(r"[ \t\n\r]*")
-_TOKEN: Final = re.compile(r'["{}\[\],]')
 _STRING_OR_COMMENT: Final = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*')
-
-
-def _skip_space(text: str, pos: int) -> int:
-    """The offset of the first non-whitespace character (JSON's own four) from `pos`."""
-    match = _WS.match(text, pos)
-    return match.end() if match else pos
 
 
 def describe(path: Path) -> str:
@@ -52,71 +39,6 @@ def kind(value: object) -> str:
     return "a number"
 
 
-@dataclass(slots=True)
-class _Frame:
-    path: Path | None
-    keys: set[str] | None
-    key: str = ""
-    index: int = 0
-
-
-@dataclass(slots=True)
-class _Layout:
-    """Offsets of keys (for object members) and items (for list items) near the root."""
-
-    offsets: dict[Path, int] = field(default_factory=dict)
-    repeated: list[tuple[str, int]] = field(default_factory=list)
-
-
-def _scan(text: str) -> _Layout:
-    """One pass over valid JSON, recording where shallow values are and which keys repeat."""
-    layout = _Layout()
-    stack: list[_Frame] = []
-    pos = _skip_space(text, 0)
-    layout.offsets[()] = pos
-
-    def child(frame: _Frame | None) -> Path | None:
-        if frame is None:
-            return ()
-        if frame.path is None or len(frame.path) >= _MAX_TRACKED_DEPTH:
-            return None
-        return (*frame.path, frame.key if frame.keys is not None else frame.index)
-
-    def item_at(frame: _Frame, after: int) -> None:
-        start = _skip_space(text, after)
-        path = child(frame)
-        if path is not None and start < len(text) and text[start] != "]":
-            layout.offsets.setdefault(path, start)
-
-    while (token := _TOKEN.search(text, pos)) is not None:
-        char, at, pos = token.group(), token.start(), token.end()
-        top = stack[-1] if stack else None
-        if char == '"':
-            decoded, pos = _DECODER.raw_decode(text, at)
-            name = str(decoded)
-            after = _skip_space(text, pos)
-            if top is not None and top.keys is not None and text.startswith(":", after):
-                top.key = name
-                if name in top.keys:
-                    layout.repeated.append((name, at))
-                top.keys.add(name)
-                path = child(top)
-                if path is not None:
-                    layout.offsets.setdefault(path, at)
-        elif char in "{[":
-            frame = _Frame(child(top), set() if char == "{" else None)
-            stack.append(frame)
-            if char == "[":
-                item_at(frame, pos)
-        elif char in "}]":
-            if stack:
-                stack.pop()
-        elif top is not None and top.keys is None:
-            top.index += 1
-            item_at(top, pos)
-    return layout
-
-
 class JsonDoc:
     """A parsed JSON object plus the means to report issues at a value's line and column."""
 
@@ -126,18 +48,17 @@ class JsonDoc:
         self.text = text
         self.value = value
         self.issues = issues
-        self._layout: _Layout | None = None
+        self._layout: Layout | None = None
 
-    def layout(self) -> _Layout:
+    def layout(self) -> Layout:
         if self._layout is None:
-            self._layout = _scan(self.text)
+            self._layout = Layout(self.text)
         return self._layout
 
     def position(self, path: Path) -> tuple[int, int]:
         """Line and column of the value at `path`, or of its nearest recorded parent."""
-        offsets = self.layout().offsets
         for end in range(len(path), -1, -1):
-            offset = offsets.get(path[:end])
+            offset = self.layout().find(path[:end])
             if offset is not None:
                 return line_and_column(self.text, offset)
         return 0, 0
@@ -229,6 +150,8 @@ class JsonDoc:
 
 def _blank_comments(text: str) -> tuple[str, int | None]:
     """Replace '//' comments outside strings by spaces; positions are kept for later issues."""
+    if "//" not in text:
+        return text, None
     parts: list[str] = []
     first: int | None = None
     done = 0
@@ -282,13 +205,13 @@ def load_object(
             "'//' comments are not standard JSON; they were ignored, as in the source's example",
         )
     if not isinstance(value, dict):
-        line, column = line_and_column(text, _skip_space(text, 0))
+        line, column = line_and_column(text, skip_space(text, 0))
         text = f"the file must hold a JSON object {{...}}, not {kind(value)}"
         issues.error(line, column, text, rule=rule)
         return None
     doc = JsonDoc(text, value, issues)
     if repeated:
-        for key, offset in doc.layout().repeated:
+        for key, offset in doc.layout().repeats():
             if issues.room(error=True):
                 line, column = line_and_column(text, offset)
                 issues.error(line, column, f"key {show(key)} appears twice in the same object")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._common import Issues, ParseIssue, frozen_map, run_parser, show
-from ._json import JsonDoc, Path, describe, kind, load_object
+from ._json import JsonDoc, describe, kind, load_object
+from ._json_layout import Path
 
 RULE: Final = "R-FSF-2"
 PATH_RULE: Final = "R-FSF-1"

@@ -59,7 +59,7 @@ def _parse(text: str, issues: Issues) -> OpDebugConfig:
             # The source says the options are comma-separated in the file; a bare list is read
             # as them, but said so because its example always has the key.
             key, value, value_column = KEYS[0], body, column
-            if issues.room(error=False):
+            if KEYS[0] not in seen:
                 issues.note(line, column, "no 'op_debug_config =' key; read as the option list")
         else:
             key, value, value_column = pair
