@@ -65,14 +65,17 @@ def _canonical(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _digest(product: str, fragments: list[str]) -> str:
+    canonical = f'{{"options":{{{",".join(fragments)}}},"product":{_canonical(product)}}}'
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
     """A stable hash of product + options: equal configs, equal fingerprints.
 
     The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys).
     """
-    body = ",".join(_fragment(name, options[name]) for name in sorted(options))
-    canonical = f'{{"options":{{{body}}},"product":{_canonical(product)}}}'
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return _digest(product, [_fragment(name, options[name]) for name in sorted(options)])
 
 
 def _failed(
@@ -236,6 +239,9 @@ class _Base:
     provenance: Mapping[str, Provenance]
     undocumented: Mapping[str, str]
     order: Mapping[str, int]
+    sorted_names: tuple[str, ...]
+    """The default slots' names in code-point order, as the fingerprint hashes them."""
+    fragments: Mapping[str, str]
 
 
 @lru_cache(maxsize=64)
@@ -261,6 +267,8 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         provenance={name: _provenance(slot) for name, slot in slots.items()},
         undocumented=undocumented,
         order={name: i for i, name in enumerate(catalog.by_name)},
+        sorted_names=tuple(sorted(slots)),
+        fragments={name: _fragment(name, slot.value) for name, slot in slots.items()},
     )
 
 
@@ -537,5 +545,19 @@ def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) ->
         paths=effective_paths(state),
         catalog_version=catalog.version,
         policy_version=policy_version,
-        fingerprint=fingerprint(state.pid, options),
+        fingerprint=_fast_fingerprint(state, base, options),
+    )
+
+
+def _fast_fingerprint(state: State, base: _Base, options: Mapping[str, JSON]) -> str:
+    """fingerprint(), reusing the defaults' precomputed fragments and order where it can."""
+    shared, slots = base.slots, state.slots
+    names = base.sorted_names if slots.keys() == shared.keys() else sorted(options)
+    fragments = base.fragments
+    return _digest(
+        state.pid,
+        [
+            fragments[name] if shared.get(name) is slots[name] else _fragment(name, options[name])
+            for name in names
+        ],
     )
