@@ -127,7 +127,7 @@ _RULES: Final[Mapping[str, Callable[[State, Any], None]]] = {
 
 
 def _parse(state: State, option: str, text: str) -> Any | None:
-    """The parsed file, or None after reporting why it cannot be read."""
+    """The parsed file (what could be read of it, after reporting its errors), or None."""
     decoded, problem = decode_attachment(text)
     rule = CONTENT_RULES[option][-1] if option != "op_debug_config" else "R-ODC-1"
     if decoded is None:
@@ -150,7 +150,6 @@ def _parse(state: State, option: str, text: str) -> Any | None:
         )
     if errors:
         state.slots.pop(option, None)
-        return None
     return parsed
 
 

@@ -272,6 +272,15 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
     )
 
 
+def _same(a: JSON, b: JSON) -> bool:
+    """Equal as JSON: 1 and true, or 600 and 600.0, are different requests."""
+    return type(a) is type(b) and a == b
+
+
+def _rules(*rules: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(rules))
+
+
 def _slot(
     state: State,
     view: OptionView,
@@ -322,8 +331,8 @@ def _slot(
         return Slot(
             given[0],
             Source.USER,
-            (option.rule, *(env_rules if from_env is not None else ())),
-            requested=given[1] if given[1] != given[0] else unset(),
+            _rules(option.rule, *(env_rules if from_env is not None else ())),
+            requested=unset() if _same(given[1], given[0]) else given[1],
         )
     if from_env is not None:
         state.emit(
@@ -332,7 +341,7 @@ def _slot(
             option.env_rule,
             f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
         )
-        return Slot(from_env, Source.ENV, (option.rule, *env_rules), env_var=option.env)
+        return Slot(from_env, Source.ENV, _rules(option.rule, *env_rules), env_var=option.env)
     entry = layer.defaults.get(name)
     if entry is not None:
         value = _policy_value(state, view, entry)
@@ -419,6 +428,16 @@ def _value_gate(state: State, name: str, view: OptionView) -> None:
         why = f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
     else:
         why = f"is not supported on {state.pid}"
+    if slot.source is Source.ENV:
+        state.slots.pop(name, None)
+        state.emit(
+            Code.UNSUPPORTED_VALUE,
+            f"env.{slot.env_var}",
+            gate.rule,
+            f"environment variable {slot.env_var}={show(slot.value)} sets {name} to a value "
+            f"that {why}; unset it or choose another value.",
+        )
+        return
     state.refuse(
         name,
         Code.UNSUPPORTED_VALUE,
@@ -516,8 +535,8 @@ def resolve(
     _undocumented(state)
     _gates(state)
     _run(_DERIVED_RULES, state)
-    apply_content_rules(state, request.attachments, explicit)
     _run(_LATE_RULES, state)
+    apply_content_rules(state, request.attachments, explicit)
     return _result(state, base, catalog, policy_version)
 
 

@@ -110,6 +110,8 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
             return str(raw).lower(), True
         if kind is OptType.STR and isinstance(raw, int) and not isinstance(raw, bool):
             return str(raw), True
+        if kind is OptType.STR and isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
+            return str(int(raw)), True
         return _invalid(option, raw, "a string")
     if kind is OptType.OBJECT:
         if not isinstance(raw, dict):
@@ -139,7 +141,8 @@ def parse(
     option = view.option
     if type(raw) is view.pytype and view.plain:
         rng = view.range
-        if (not option.choices or raw in option.choices) and (rng is None or rng.contains(raw)):
+        in_range = rng is None or (isinstance(raw, int) and rng.contains(raw))
+        if (not option.choices or raw in option.choices) and in_range:
             return Parsed(raw)
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):

@@ -21,7 +21,7 @@ MAX_ATTACHMENT_BYTES: Final = 1024 * 1024
 """Largest attachment accepted, in UTF-8 bytes: bounds the work one request can cause."""
 
 MAX_ISSUES: Final = 100
-"""Issues kept per file; a file of garbage must not produce a million diagnostics."""
+"""Errors (and, apart, notes) kept per file; garbage must not produce a million diagnostics."""
 
 _LONGEST_WORD_TO_MATCH: Final = 64
 _SHOWN_CHARS: Final = 40

@@ -189,9 +189,10 @@ def load_object(
 
     try:
         # Numbers are never valid values in these files; float() avoids int's digit-limit error.
-        value: object = json.loads(text, object_pairs_hook=pairs, parse_int=float)
+        value: object = json.loads(text, object_pairs_hook=pairs, parse_int=float, strict=True)
     except json.JSONDecodeError as exc:
-        issues.error(exc.lineno, exc.colno, f"invalid JSON: {exc.msg}", rule=rule)
+        hint = " ('//' comments are not allowed here)" if text.startswith("//", exc.pos) else ""
+        issues.error(exc.lineno, exc.colno, f"invalid JSON: {exc.msg}{hint}", rule=rule)
         return None
     except (RecursionError, ValueError) as exc:
         reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
@@ -206,8 +207,8 @@ def load_object(
         )
     if not isinstance(value, dict):
         line, column = line_and_column(text, skip_space(text, 0))
-        text = f"the file must hold a JSON object {{...}}, not {kind(value)}"
-        issues.error(line, column, text, rule=rule)
+        message = f"the file must hold a JSON object {{...}}, not {kind(value)}"
+        issues.error(line, column, message, rule=rule)
         return None
     doc = JsonDoc(text, value, issues)
     if repeated:

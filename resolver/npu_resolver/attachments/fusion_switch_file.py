@@ -64,7 +64,9 @@ def _states(doc: JsonDoc, path: Path, value: object) -> Mapping[str, str]:
         if not name.strip():
             doc.error(at, f"{describe(path)} has an empty pass name")
         elif name != ALL and name.casefold() == ALL.casefold():
-            doc.error(at, f"write {ALL!r} in capitals to switch all passes", suggestion=ALL)
+            doc.error(
+                at, f"{show(name)} must be written {ALL!r} to switch passes at once", suggestion=ALL
+            )
         elif not isinstance(state, str):
             doc.error(at, f'{describe(at)} must be "on" or "off", not {kind(state)}')
         elif state not in STATES:

@@ -1,0 +1,691 @@
+"""The parsers of the files six options name: the source's examples, positioned errors, no raise.
+
+Tests are named after the rule they check. The source examples below are the vendor reference's
+own text (its table cells lose line breaks; they are restored here as the files would have them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npu_resolver.attachments import (
+    FORMATS,
+    MAX_ATTACHMENT_BYTES,
+    AoeConfig,
+    CustomDtypes,
+    DtypeSpec,
+    FusionSwitches,
+    MixList,
+    OpDebugConfig,
+    OpPrecisionModes,
+    ParsedAttachment,
+    ParseIssue,
+    check_path_chars,
+    decode_attachment,
+    parse_aoe_config,
+    parse_customize_dtypes,
+    parse_fusion_switch,
+    parse_modify_mixlist,
+    parse_op_debug_config,
+    parse_op_precision_mode,
+)
+
+Parser = Callable[[str], ParsedAttachment]
+
+PARSERS: dict[str, tuple[Parser, type]] = {
+    "op_debug_config": (parse_op_debug_config, OpDebugConfig),
+    "aoe_config_file": (parse_aoe_config, AoeConfig),
+    "modify_mixlist": (parse_modify_mixlist, MixList),
+    "op_precision_mode": (parse_op_precision_mode, OpPrecisionModes),
+    "fusion_switch_file": (parse_fusion_switch, FusionSwitches),
+    "customize_dtypes": (parse_customize_dtypes, CustomDtypes),
+}
+JSON_PARSERS: list[Parser] = [parse_aoe_config, parse_modify_mixlist, parse_fusion_switch]
+
+SOURCE_OP_DEBUG = "op_debug_config = ccec_O0,ccec_g,oom\n"
+SOURCE_OP_DEBUG_LIST = "op_debug_config= ccec_g,oom\nop_debug_list=GatherV2,opType::ReduceSum\n"
+SOURCE_AOE = """{
+"tune_ops_name":["bert/embeddings/addbert/embeddings/add_1","loss/MatMul"],
+"tune_ops_type":["Add", "Mul"],
+"tune_optimization_level":"O1",
+"feature":["deeper_opat"]
+}
+"""
+SOURCE_MIXLIST = """{
+  "black-list": {                  // 黑名单
+     "to-remove": [                // 黑名单算子转换为灰名单算子
+     "Xlog1py"
+     ],
+     "to-add": [                   // 白名单或灰名单算子转换为黑名单算子
+     "MatMul",
+     "Cast"
+     ]
+  },
+  "white-list": {                  // 白名单
+     "to-remove": [                // 白名单算子转换为灰名单算子
+     "Conv2D"
+     ],
+     "to-add": [                   // 黑名单或灰名单算子转换为白名单算子
+     "Bias"
+     ]
+  }
+}
+"""
+SOURCE_OP_PRECISION = """[ByOpType]
+optype1=high_precision
+optype2=high_performance
+optype3=enable_hi_float_32_execution
+optype4=support_out_of_bound_index
+[ByNodeName]
+nodename1=high_precision
+nodename2=high_performance
+nodename3=enable_hi_float_32_execution
+nodename4=support_out_of_bound_index
+"""
+SOURCE_FUSION = """{
+    "Switch":{
+        "GraphFusion":{
+            "RequantFusionPass":"on",
+            "ConvToFullyConnectionFusionPass":"off",
+            "SoftmaxFusionPass":"on",
+            "NotRequantFusionPass":"on",
+            "ConvConcatFusionPass":"on",
+            "MatMulBiasAddFusionPass":"on",
+            "PoolingFusionPass":"on",
+            "ZConcatv2dFusionPass":"on",
+            "ZConcatExt2FusionPass":"on",
+            "TfMergeSubFusionPass":"on"
+        },
+        "UBFusion":{
+            "TbePool2dQuantFusionPass":"on"
+        }
+    }
+}
+"""
+SOURCE_FUSION_ALL_OFF = (
+    '{\n"Switch":{\n"GraphFusion":{\n"ALL":"off"\n},\n"UBFusion":{\n"ALL":"off"\n}\n}\n}\n'
+)
+SOURCE_FUSION_ALL_BUT = """{
+    "Switch":{
+        "GraphFusion":{
+            "ALL":"off",
+            "SoftmaxFusionPass":"on"
+        },
+        "UBFusion":{
+            "ALL":"off",
+            "TbePool2dQuantFusionPass":"on"
+        }
+    }
+}
+"""
+SOURCE_DTYPES = """# 按照算子名称配置
+resnet_v1_50/block1/unit_3/bottleneck_v1/Relu::InputDtype:float16,int8,OutputDtype:float16,int8
+# 按照算子类型配置
+OpType::Relu:InputDtype:float16,int8,OutputDtype:float16,int8
+"""
+
+SOURCE_EXAMPLES: list[tuple[Parser, str]] = [
+    (parse_op_debug_config, SOURCE_OP_DEBUG),
+    (parse_op_debug_config, SOURCE_OP_DEBUG_LIST),
+    (parse_aoe_config, SOURCE_AOE),
+    (parse_modify_mixlist, SOURCE_MIXLIST),
+    (parse_op_precision_mode, SOURCE_OP_PRECISION),
+    (parse_fusion_switch, SOURCE_FUSION),
+    (parse_fusion_switch, SOURCE_FUSION_ALL_OFF),
+    (parse_fusion_switch, SOURCE_FUSION_ALL_BUT),
+    (parse_customize_dtypes, SOURCE_DTYPES),
+]
+
+
+def errors(result: ParsedAttachment) -> list[ParseIssue]:
+    return [issue for issue in result.issues if issue.is_error]
+
+
+def notes(result: ParsedAttachment) -> list[ParseIssue]:
+    return [issue for issue in result.issues if issue.normalized]
+
+
+def only_error(result: ParsedAttachment) -> ParseIssue:
+    found = errors(result)
+    assert len(found) == 1, found
+    return found[0]
+
+
+# The format table -----------------------------------------------------------------------------
+
+
+def test_formats_cover_the_six_options() -> None:
+    assert set(FORMATS) == set(PARSERS)
+    for option, fmt in FORMATS.items():
+        assert fmt.option == option
+        assert fmt.parse is PARSERS[option][0]
+        assert fmt.title
+        assert fmt.description.endswith(".")
+        assert fmt.description.count(". ") == 0
+
+
+@pytest.mark.parametrize("option", sorted(FORMATS))
+def test_formats_example_parses_without_errors(option: str) -> None:
+    fmt = FORMATS[option]
+    result = fmt.parse(fmt.example)
+    assert isinstance(result, PARSERS[option][1])
+    assert errors(result) == []
+
+
+@pytest.mark.parametrize(("parse", "text"), SOURCE_EXAMPLES)
+def test_source_examples_parse_without_errors(parse: Parser, text: str) -> None:
+    assert errors(parse(text)) == []
+
+
+# op_debug_config --------------------------------------------------------------------------------
+
+
+def test_r_odc_1_source_example_is_read() -> None:
+    result = parse_op_debug_config(SOURCE_OP_DEBUG_LIST)
+    assert result.options == {"ccec_g", "oom"}
+    assert result.op_debug_list == ("GatherV2", "OpType::ReduceSum")
+    assert result.issues == ()
+    assert parse_op_debug_config(SOURCE_OP_DEBUG).op_debug_list is None
+
+
+def test_r_odc_1_unknown_option_suggests_closest() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config = omm,dump_cce"))
+    assert (issue.line, issue.column, issue.suggestion, issue.rule) == (1, 19, "oom", "R-ODC-1")
+    assert issue.message.startswith("line 1, column 19: unknown option 'omm'")
+    assert "expected one of oom, dump_cce" in issue.message
+
+
+def test_r_odc_1_option_case_matters_and_is_suggested() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config=ccec_o0"))
+    assert issue.suggestion == "ccec_O0"
+
+
+def test_r_odc_1_unknown_key_gives_line_and_suggestion() -> None:
+    result = parse_op_debug_config("op_debug_config=oom\n\n  op_debug_lst=GatherV2\n")
+    issue = only_error(result)
+    assert (issue.line, issue.column, issue.suggestion) == (3, 3, "op_debug_list")
+    assert "unknown key 'op_debug_lst'" in issue.message
+
+
+def test_r_odc_1_empty_option_is_an_error_at_its_column() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config=oom,,dump_cce"))
+    assert (issue.line, issue.column) == (1, 21)
+
+
+def test_r_odc_1_bare_option_list_is_read_with_a_note() -> None:
+    result = parse_op_debug_config("oom,ccec_O0")
+    assert result.options == {"oom", "ccec_O0"}
+    assert errors(result) == []
+    assert len(notes(result)) == 1
+
+
+def test_r_odc_1_op_type_prefix_in_any_case() -> None:
+    result = parse_op_debug_config("op_debug_config=oom\nop_debug_list=A, optype::B,OPTYPE::C\n")
+    assert result.op_debug_list == ("A", "OpType::B", "OpType::C")
+    assert result.issues == ()
+
+
+def test_r_odc_1_misspelt_prefix_suggests_optype() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config=oom\nop_debug_list=OpTpe::B"))
+    assert (issue.line, issue.column, issue.suggestion) == (2, 15, "OpType")
+
+
+def test_r_odc_1_file_without_options_is_an_error() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_list=GatherV2\n"))
+    assert "no 'op_debug_config" in issue.message
+
+
+def test_r_odc_1_repeated_key_with_other_value_is_an_error() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config=oom\nop_debug_config=dump_cce"))
+    assert issue.line == 2
+    assert "first on line 1" in issue.message
+
+
+# aoe_config_file --------------------------------------------------------------------------------
+
+
+def test_r_aoe_7_source_example_is_read() -> None:
+    result = parse_aoe_config(SOURCE_AOE)
+    assert result.tune_ops_name == ("bert/embeddings/addbert/embeddings/add_1", "loss/MatMul")
+    assert result.tune_ops_type == ("Add", "Mul")
+    assert result.tune_optimization_level == "O1"
+    assert result.features == {"deeper_opat"}
+
+
+def test_r_aoe_7_level_defaults_to_o2() -> None:
+    result = parse_aoe_config('{"tune_ops_type": ["Add"]}')
+    assert result.tune_optimization_level == "O2"
+    assert result.issues == ()
+
+
+def test_r_aoe_7_wrong_type_names_the_key() -> None:
+    issue = only_error(parse_aoe_config('{\n  "tune_ops_name": "loss/MatMul"\n}'))
+    assert (issue.line, issue.column, issue.rule) == (2, 3, "R-AOE-7")
+    assert "'tune_ops_name' must be a list of strings, not a string" in issue.message
+
+
+def test_r_aoe_7_needs_one_tune_list() -> None:
+    issue = only_error(parse_aoe_config('{"feature": ["deeper_opat"]}'))
+    assert "tune_ops_name" in issue.message
+    assert issue.rule == "R-AOE-7"
+
+
+def test_r_aoe_7_unknown_level_suggests_closest() -> None:
+    issue = only_error(
+        parse_aoe_config('{"tune_ops_type": ["Add"], "tune_optimization_level": "o1"}')
+    )
+    assert issue.suggestion == "O1"
+
+
+def test_r_aoe_7_unknown_key_suggests_closest() -> None:
+    issue = only_error(parse_aoe_config('{"tune_ops_type": ["Add"],\n "tune_op_name": ["x"]}'))
+    assert (issue.line, issue.column, issue.suggestion) == (2, 2, "tune_ops_name")
+
+
+def test_r_aoe_6_unknown_feature_suggests_closest() -> None:
+    text = '{"tune_ops_type": ["Add"],\n"feature": ["nonhomo_split", "deeper_opt"]}'
+    issue = only_error(parse_aoe_config(text))
+    assert (issue.line, issue.column, issue.rule) == (2, 30, "R-AOE-6")
+    assert issue.suggestion == "deeper_opat"
+
+
+def test_r_aoe_6_invalid_json_gives_line_and_column() -> None:
+    issue = only_error(parse_aoe_config('{\n  "tune_ops_type": ["Add",]\n}'))
+    assert (issue.line, issue.column) == (2, 27)
+    assert issue.message == "line 2, column 27: invalid JSON: Expecting value"
+
+
+def test_r_aoe_6_comments_are_refused_with_a_hint() -> None:
+    issue = only_error(parse_aoe_config('{"tune_ops_type": ["Add"]  // ops\n}'))
+    assert (issue.line, issue.column) == (1, 28)
+    assert "'//' comments are not allowed here" in issue.message
+
+
+# modify_mixlist ---------------------------------------------------------------------------------
+
+
+def test_r_mml_1_source_example_is_read_and_comments_noted() -> None:
+    result = parse_modify_mixlist(SOURCE_MIXLIST)
+    assert result.lists == {
+        "black-list": {"to-remove": ("Xlog1py",), "to-add": ("MatMul", "Cast")},
+        "white-list": {"to-remove": ("Conv2D",), "to-add": ("Bias",)},
+    }
+    (note,) = result.issues
+    assert note.normalized
+    assert (note.line, note.column, note.rule) == (2, 36, "R-MML-1")
+    assert "'//' comments" in note.message
+
+
+def test_r_mml_1_comment_marker_inside_a_string_is_kept() -> None:
+    result = parse_modify_mixlist('{"black-list": {"to-add": ["a//b"]}}')
+    assert result.lists["black-list"]["to-add"] == ("a//b",)
+    assert result.issues == ()
+
+
+def test_r_mml_1_unknown_list_suggests_closest() -> None:
+    issue = only_error(parse_modify_mixlist('{\n"black_list": {"to-add": ["Cast"]}\n}'))
+    assert (issue.line, issue.column, issue.suggestion) == (2, 1, "black-list")
+
+
+def test_r_mml_1_unknown_action_suggests_closest() -> None:
+    issue = only_error(parse_modify_mixlist('{"white-list": {"to_add": ["Cast"]}}'))
+    assert issue.suggestion == "to-add"
+    assert "in 'white-list'" in issue.message
+
+
+def test_r_mml_1_parse_error_gives_line_and_column() -> None:
+    issue = only_error(
+        parse_modify_mixlist('{\n  "black-list": {  // note\n    "to-add": ["A" "B"]\n')
+    )
+    assert (issue.line, issue.column) == (3, 20)
+    assert "invalid JSON: Expecting ',' delimiter" in issue.message
+
+
+def test_r_mml_1_gray_list_is_read_with_a_note() -> None:
+    result = parse_modify_mixlist('{"gray-list": {"to-add": ["Cast"]}}')
+    assert result.lists["gray-list"]["to-add"] == ("Cast",)
+    assert errors(result) == []
+    assert len(notes(result)) == 1
+
+
+def test_r_mml_1_non_string_op_names_its_item() -> None:
+    issue = only_error(parse_modify_mixlist('{"black-list": {"to-add": ["Cast", 7]}}'))
+    assert "'black-list' > 'to-add' > item 2 must be a string, not a number" in issue.message
+    assert issue.column == 36
+
+
+# op_precision_mode ------------------------------------------------------------------------------
+
+
+def test_r_opm_3_source_example_is_read() -> None:
+    result = parse_op_precision_mode(SOURCE_OP_PRECISION)
+    assert result.by_op_type["optype3"] == "enable_hi_float_32_execution"
+    assert result.by_node_name["nodename4"] == "support_out_of_bound_index"
+    assert result.modes_used == {
+        "high_precision",
+        "high_performance",
+        "enable_hi_float_32_execution",
+        "support_out_of_bound_index",
+    }
+    assert result.issues == ()
+
+
+def test_r_opm_3_unknown_mode_suggests_closest() -> None:
+    issue = only_error(parse_op_precision_mode("[ByOpType]\nMatMul = high_precison\n"))
+    assert (issue.line, issue.column, issue.rule) == (2, 10, "R-OPM-3")
+    assert issue.suggestion == "high_precision"
+
+
+def test_r_opm_3_unknown_section_suggests_closest() -> None:
+    issue = only_error(parse_op_precision_mode("[ByNodename]\nn1=keep_fp16\n"))
+    assert (issue.line, issue.column, issue.suggestion) == (1, 2, "ByNodeName")
+
+
+def test_r_opm_3_entry_outside_a_section_is_an_error() -> None:
+    issue = only_error(parse_op_precision_mode("; c\n\nMatMul=keep_fp16\n[ByOpType]\n"))
+    assert (issue.line, issue.column) == (3, 1)
+
+
+def test_r_opm_3_comments_and_blank_lines_are_skipped() -> None:
+    text = "# a\n; b\n\n[ByOpType]\n  # c\nAdd=keep_fp16\r\n"
+    result = parse_op_precision_mode(text)
+    assert result.by_op_type == {"Add": "keep_fp16"}
+    assert result.issues == ()
+
+
+def test_r_opm_3_name_and_type_together_is_a_note() -> None:
+    result = parse_op_precision_mode(
+        "[ByOpType]\nAdd=keep_fp16\n[ByNodeName]\nAdd=high_precision\n"
+    )
+    assert errors(result) == []
+    (note,) = notes(result)
+    assert note.line == 4
+
+
+# fusion_switch_file -----------------------------------------------------------------------------
+
+
+def test_r_fsf_2_all_and_named_pass_are_read() -> None:
+    result = parse_fusion_switch(SOURCE_FUSION_ALL_BUT)
+    assert result.graph_fusion == {"ALL": "off", "SoftmaxFusionPass": "on"}
+    assert result.ub_fusion == {"ALL": "off", "TbePool2dQuantFusionPass": "on"}
+
+
+def test_r_fsf_2_unknown_state_suggests_closest() -> None:
+    issue = only_error(parse_fusion_switch('{"Switch": {"GraphFusion": {"APass": "On"}}}'))
+    assert (issue.line, issue.column, issue.rule) == (1, 29, "R-FSF-2")
+    assert issue.suggestion == "on"
+
+
+def test_r_fsf_2_unknown_section_suggests_closest() -> None:
+    issue = only_error(parse_fusion_switch('{"Switch": {"UBfusion": {}}}'))
+    assert issue.suggestion == "UBFusion"
+
+
+def test_r_fsf_2_lower_case_all_suggests_capitals() -> None:
+    issue = only_error(parse_fusion_switch('{"Switch": {"GraphFusion": {"all": "off"}}}'))
+    assert issue.suggestion == "ALL"
+
+
+def test_r_fsf_2_missing_switch_is_an_error() -> None:
+    issue = only_error(parse_fusion_switch("{\n}"))
+    assert (issue.line, issue.column) == (1, 1)
+    assert "no 'Switch' object" in issue.message
+    misplaced = errors(parse_fusion_switch('{"GraphFusion": {}}'))
+    assert [i.column for i in misplaced] == [2, 1]
+
+
+def test_r_fsf_2_repeated_key_is_an_error_at_the_repeat() -> None:
+    text = '{"Switch": {"GraphFusion": {\n"P": "on",\n"P": "off"}}}'
+    issue = only_error(parse_fusion_switch(text))
+    assert (issue.line, issue.column) == (3, 1)
+    assert "'P' appears twice" in issue.message
+
+
+def test_r_fsf_2_parse_error_gives_line_and_column() -> None:
+    issue = only_error(parse_fusion_switch('{"Switch": {\n  "GraphFusion": {"P": on}}}'))
+    assert (issue.line, issue.column) == (2, 24)
+
+
+@pytest.mark.parametrize("path", ["/home/test/fusion_switch.cfg", "rel/融合开关-1_a.cfg", "a"])
+def test_r_fsf_1_allowed_path_characters(path: str) -> None:
+    assert check_path_chars(path) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "column"), [("/home/my file.cfg", 9), ("/tmp/a~b", 7), ("/x/é", 4), ("c:\\x", 2)]
+)
+def test_r_fsf_1_bad_path_character_names_its_column(path: str, column: int) -> None:
+    issue = check_path_chars(path)
+    assert issue is not None
+    assert (issue.line, issue.column, issue.rule) == (0, column, "R-FSF-1")
+    assert repr(path[column - 1]) in issue.message
+
+
+def test_r_ocd_1_same_path_rule_under_its_own_id() -> None:
+    issue = check_path_chars("/cache dir", "R-OCD-1")
+    assert issue is not None
+    assert issue.rule == "R-OCD-1"
+    assert check_path_chars("") is not None
+
+
+# customize_dtypes -------------------------------------------------------------------------------
+
+
+def test_r_cdt_2_source_example_is_read() -> None:
+    result = parse_customize_dtypes(SOURCE_DTYPES)
+    spec = DtypeSpec(("float16", "int8"), ("float16", "int8"))
+    assert result.by_name == {"resnet_v1_50/block1/unit_3/bottleneck_v1/Relu": spec}
+    assert result.by_type == {"Relu": spec}
+    assert result.by_type["Relu"].line == 4
+    assert result.issues == ()
+
+
+def test_r_cdt_2_missing_output_part_gives_line_and_column() -> None:
+    issue = only_error(parse_customize_dtypes("# c\n\nConv::InputDtype:float16\n"))
+    assert (issue.line, issue.column, issue.rule) == (3, 7, "R-CDT-2")
+    assert "no 'OutputDtype:' part" in issue.message
+
+
+def test_r_cdt_2_unknown_keyword_suggests_closest() -> None:
+    issue = only_error(parse_customize_dtypes("OpType::Relu:InputDtype:int8,OutDtype:int8"))
+    assert (issue.column, issue.suggestion) == (30, "OutputDtype")
+
+
+def test_r_cdt_2_optype_in_other_case_suggests_optype() -> None:
+    issue = only_error(parse_customize_dtypes("optype::Relu:InputDtype:int8,OutputDtype:int8"))
+    assert issue.suggestion == "OpType"
+
+
+def test_r_cdt_2_unknown_dtype_is_a_note_with_a_suggestion() -> None:
+    result = parse_customize_dtypes("Relu::InputDtype:flaot16,OutputDtype:float16")
+    assert errors(result) == []
+    (note,) = notes(result)
+    assert (note.column, note.suggestion) == (18, "float16")
+
+
+def test_r_cdt_2_repeats_are_a_note_when_equal_and_an_error_when_not() -> None:
+    line = "Relu::InputDtype:int8,OutputDtype:int8\n"
+    assert errors(parse_customize_dtypes(line * 2)) == []
+    assert len(notes(parse_customize_dtypes(line * 2))) == 1
+    issue = only_error(parse_customize_dtypes(line + line.replace("int8\n", "int16\n")))
+    assert issue.line == 2
+
+
+def test_r_cdt_2_name_beats_type_for_the_same_op_is_a_note() -> None:
+    text = "OpType::Relu:InputDtype:int8,OutputDtype:int8\nRelu::InputDtype:int8,OutputDtype:int8"
+    result = parse_customize_dtypes(text)
+    assert errors(result) == []
+    (note,) = notes(result)
+    assert "by-name setting wins" in note.message
+
+
+# Shared behaviour ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parse", JSON_PARSERS)
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "{" * 3000 + "}" * 3000])
+def test_deeply_nested_json_is_an_issue_not_a_crash(parse: Parser, text: str) -> None:
+    issue = only_error(parse(text))
+    assert "invalid JSON" in issue.message
+
+
+@pytest.mark.parametrize("option", sorted(FORMATS))
+def test_garbage_stops_after_the_issue_limit(option: str) -> None:
+    text = "x=y:z,\n" * 50_000 if option not in ("aoe_config_file",) else "[" + "1," * 50_000 + "1]"
+    result = FORMATS[option].parse(text)
+    assert len(result.issues) <= 102
+
+
+def test_many_json_errors_stop_at_the_limit() -> None:
+    result = parse_aoe_config(json.dumps({"tune_ops_name": [1] * 5000}))
+    assert len(result.issues) == 101
+    assert result.issues[-1].is_error
+    assert "reading stopped" in result.issues[-1].message
+
+
+def test_byte_order_mark_is_noted_and_columns_stay_true() -> None:
+    result = parse_op_precision_mode("\ufeff[ByOpType]\nA=x\n")
+    assert notes(result)[0].line == 1
+    assert only_error(result).column == 3
+
+
+def test_non_text_input_is_an_issue() -> None:
+    bad: Any = b"op_debug_config=oom"
+    assert errors(parse_op_debug_config(bad))
+
+
+def test_decode_accepts_utf8_and_checks_text() -> None:
+    assert decode_attachment(b"op_debug_config=oom") == ("op_debug_config=oom", None)
+    assert decode_attachment("[ByOpType]\n层=keep_fp16") == ("[ByOpType]\n层=keep_fp16", None)
+
+
+def test_decode_refuses_more_than_1_mib() -> None:
+    assert decode_attachment(b"a" * MAX_ATTACHMENT_BYTES)[1] is None
+    text, issue = decode_attachment(b"a" * (MAX_ATTACHMENT_BYTES + 1))
+    assert text is None
+    assert issue is not None
+    assert "1 MiB" in issue.message
+    assert decode_attachment("é" * (MAX_ATTACHMENT_BYTES // 2 + 1))[1] is not None
+
+
+def test_decode_refuses_invalid_utf8_at_its_position() -> None:
+    text, issue = decode_attachment(b"[ByOpType]\nA\xc3\xa9=\xff")
+    assert text is None
+    assert issue is not None
+    assert (issue.line, issue.column) == (2, 4)
+    assert "not valid UTF-8" in issue.message
+
+
+def test_decode_refuses_lone_surrogates() -> None:
+    text, issue = decode_attachment("ok\nab\ud800")
+    assert text is None
+    assert issue is not None
+    assert (issue.line, issue.column) == (2, 3)
+
+
+# Properties: nothing raises, every answer is structured ------------------------------------------
+
+_LINE_TOKENS = [
+    "op_debug_config",
+    "op_debug_list",
+    "=",
+    ",",
+    "::",
+    ":",
+    "OpType",
+    "opType::",
+    "oom",
+    "ccec_O0",
+    "[ByOpType]",
+    "[ByNodeName]",
+    "[",
+    "]",
+    "keep_fp16",
+    "InputDtype:",
+    "OutputDtype:",
+    "float16",
+    "#",
+    ";",
+    " ",
+    "\n",
+    "\r\n",
+    "\ufeff",
+    "\x00",
+    "层",
+]
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(["on", "O1"]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "Switch",
+                    "GraphFusion",
+                    "UBFusion",
+                    "ALL",
+                    "black-list",
+                    "gray-list",
+                    "to-add",
+                    "tune_ops_name",
+                    "feature",
+                    "tune_optimization_level",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+def check_all_parsers(text: str) -> None:
+    for parse, result_type in PARSERS.values():
+        result = parse(text)
+        assert isinstance(result, result_type)
+        assert all(isinstance(issue, ParseIssue) for issue in result.issues)
+        assert not any("could not be parsed" in issue.message for issue in result.issues)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_property_random_text_never_raises(text: str) -> None:
+    check_all_parsers(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_property_random_bytes_never_raise(data: bytes) -> None:
+    text, issue = decode_attachment(data)
+    assert (text is None) != (issue is None)
+    if text is not None:
+        check_all_parsers(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_LINE_TOKENS) | st.text(max_size=4), max_size=40))
+def test_property_token_soup_never_raises(tokens: list[str]) -> None:
+    check_all_parsers("".join(tokens))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_values, st.booleans())
+def test_property_json_shapes_never_raise(value: object, comment: bool) -> None:
+    text = json.dumps(value, indent=1)
+    check_all_parsers(text + "// end" if comment else text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_property_path_check_never_raises(path: str) -> None:
+    issue = check_path_chars(path)
+    assert issue is None or 0 <= issue.column <= len(path)
