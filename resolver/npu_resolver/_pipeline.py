@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,6 +37,7 @@ from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State
 from ._values import Parsed, Problem, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
+_ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
 DEFAULT_PROFILE: Final = "default"
 _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
 _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULTS)
@@ -191,7 +193,7 @@ def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
         if text is None:
             continue
         stripped = text.strip()
-        number = int(stripped) if stripped.lstrip("-").isdigit() else None
+        number = int(stripped) if _ENV_INT.fullmatch(stripped) else None
         ratio = var == "ASCEND_REMAIN_CACHE_SIZE_RATIO"
         if number is None or (ratio and not 1 <= number <= 100) or (not ratio and number < -1):
             expected = (
