@@ -3,9 +3,9 @@
 The public surface is what this module exports; everything in underscored modules may change.
 """
 
+from typing import TYPE_CHECKING
+
 from ._catalog import CATALOG, Catalog, CatalogError
-from ._describe import describe_catalog, describe_option, list_products
-from ._diff import DiffCell, DiffResult, DiffRow, diff
 from ._model import (
     CATALOG_VERSION,
     Code,
@@ -17,9 +17,40 @@ from ._model import (
     Source,
 )
 from ._pipeline import fingerprint, resolve
-from ._policy import Policy, PolicyError, load_policy, parse_policy
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
+
+_LAZY = {
+    "describe_catalog": "_describe",
+    "describe_option": "_describe",
+    "list_products": "_describe",
+    "DiffCell": "_diff",
+    "DiffResult": "_diff",
+    "DiffRow": "_diff",
+    "diff": "_diff",
+    "Policy": "_policy",
+    "PolicyError": "_policy",
+    "load_policy": "_policy",
+    "parse_policy": "_policy",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Less-used parts load on first use, so that a cold `npu-resolve resolve` stays fast."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'npu_resolver' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"npu_resolver.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from ._describe import describe_catalog, describe_option, list_products
+    from ._diff import DiffCell, DiffResult, DiffRow, diff
+    from ._policy import Policy, PolicyError, load_policy, parse_policy
 
 __all__ = [
     "CATALOG",

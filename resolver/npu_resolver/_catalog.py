@@ -99,15 +99,17 @@ class Catalog:
         problems = check_catalog(options)
         if problems:
             raise CatalogError("; ".join(problems))
-        self._views: dict[tuple[str, Mode], View] = {
-            (pid, mode): {o.name: _view(o, pid, mode) for o in options}
-            for pid in PRODUCT_IDS
-            for mode in Mode
-        }
+        self._views: dict[tuple[str, Mode], View] = {}
         self.env_options: Mapping[str, Option] = {o.env: o for o in options if o.env}
 
     def view(self, pid: str, mode: Mode) -> View:
-        return self._views[(pid, mode)]
+        """The options as they stand for one product and mode (built once, on first use)."""
+        view = self._views.get((pid, mode))
+        if view is None:
+            if pid not in PRODUCT_IDS:
+                raise KeyError(pid)
+            view = self._views[(pid, mode)] = {o.name: _view(o, pid, mode) for o in self.options}
+        return view
 
     def suggest(self, name: str) -> str:
         """The closest option name, for UNKNOWN_OPTION."""

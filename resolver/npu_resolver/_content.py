@@ -7,20 +7,14 @@ not guessed; a NOT_CHECKED note names what was skipped.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._model import Code
 from ._products import NEW_FAMILY
 from ._state import State
-from .attachments import (
-    FORMATS,
-    MAX_ATTACHMENT_BYTES,
-    AoeConfig,
-    FusionSwitches,
-    OpDebugConfig,
-    OpPrecisionModes,
-    decode_attachment,
-)
+
+if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
+    from .attachments import AoeConfig, FusionSwitches, OpDebugConfig, OpPrecisionModes
 
 MAX_ISSUES_SHOWN: Final = 20
 
@@ -128,6 +122,8 @@ _RULES: Final[Mapping[str, Callable[[State, Any], None]]] = {
 
 def _parse(state: State, option: str, text: str) -> Any | None:
     """The parsed file (what could be read of it, after reporting its errors), or None."""
+    from .attachments import FORMATS, MAX_ATTACHMENT_BYTES, decode_attachment
+
     decoded, problem = decode_attachment(text)
     rule = CONTENT_RULES[option][-1] if option != "op_debug_config" else "R-ODC-1"
     if decoded is None:
@@ -158,13 +154,13 @@ def apply_content_rules(
 ) -> None:
     """Parse each attachment and apply its rules; `given` are the options the caller set."""
     for option in attachments:
-        if option not in FORMATS:
+        if option not in CONTENT_RULES:
             state.emit(
                 Code.INVALID_VALUE,
                 f"attachments.{option}"[:120],
                 "",
                 f"an attachment came for {option[:100]!r}, which names no file; attach only for "
-                f"{', '.join(FORMATS)}.",
+                f"{', '.join(CONTENT_RULES)}.",
             )
         elif option not in state.slots and option not in given:
             state.emit(

@@ -13,16 +13,17 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from .._catalog import CATALOG
 from .._model import JSON, Resolution, ResolveRequest
 from .._options import NAMED_ENV_VARS
-from .._policy import Policy, PolicyError, load_policy
 from .._schema import OptType
-from ._explain import render_diff, render_explain, render_products
 from ._render import FORMATS, render_env, render_json, render_python, render_table
 from ._transport import InProcess, Remote, Transport, UnreachableError
+
+if TYPE_CHECKING:
+    from .._policy import Policy
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
@@ -86,7 +87,7 @@ def _read_config(path: str | None) -> dict[str, JSON]:
 
 
 def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str, str]:
-    from ..attachments import FORMATS as ATTACHMENT_FORMATS
+    from .._content import CONTENT_RULES as ATTACHMENT_FORMATS
 
     attached: dict[str, str] = {}
     if args.read_files:
@@ -125,6 +126,8 @@ def _request(args: argparse.Namespace) -> ResolveRequest:
 def _policy(path: str | None) -> Policy | None:
     if path is None:
         return None
+    from .._policy import PolicyError, load_policy
+
     try:
         return load_policy(path)
     except PolicyError as exc:
@@ -159,6 +162,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _cmd_products(args: argparse.Namespace) -> int:
+    from ._explain import render_products
+
     products = _transport(args).products()
     _print(
         json.dumps(products, indent=2, ensure_ascii=False)
@@ -169,6 +174,8 @@ def _cmd_products(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from ._explain import render_explain
+
     if args.option not in CATALOG:
         hint = CATALOG.suggest(args.option)
         raise UsageError(
@@ -182,6 +189,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    from ._explain import render_diff
+
     if len(args.product) < 2:
         raise UsageError("diff needs at least two --product")
     request = _request(args)
@@ -195,6 +204,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
+    from .._policy import PolicyError, load_policy
+
     if args.policy_command == "check":
         try:
             policy = load_policy(args.file)

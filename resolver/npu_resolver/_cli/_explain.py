@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._catalog import CATALOG
 from .._describe import describe_option
-from .._diff import DiffResult
 from .._model import JSON
 from .._products import product_id
 from .._rules import RULES
+
+if TYPE_CHECKING:
+    from .._diff import DiffResult
 
 
 @cache

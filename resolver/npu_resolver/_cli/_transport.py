@@ -7,13 +7,14 @@ imports the gRPC client only when used, so the in-process path never loads grpc.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._describe import describe_catalog
-from .._diff import DiffResult, diff
 from .._model import Resolution, ResolveRequest
-from .._policy import Policy
 from .._products import PRODUCTS
+
+if TYPE_CHECKING:
+    from .._diff import DiffResult
+    from .._policy import Policy
 
 
 class UnreachableError(Exception):
@@ -40,10 +41,14 @@ class InProcess:
         return resolve(request, policy=self._policy)
 
     def diff(self, request: ResolveRequest, products: Sequence[str]) -> DiffResult:
+        from .._diff import diff
+
         return diff(request, products, policy=self._policy)
 
     def products(self) -> list[dict[str, Any]]:
-        return list(describe_catalog()["products"])
+        from .._describe import product_json
+
+        return [product_json(p) for p in PRODUCTS]
 
     def policy(self) -> dict[str, Any]:
         if self._policy is None:
