@@ -51,12 +51,15 @@ class InProcess:
         return [product_json(p) for p in PRODUCTS]
 
     def policy(self) -> dict[str, Any]:
-        if self._policy is None:
-            return {"policy_version": "", "content": "", "source": ""}
+        policy = self._policy
         return {
-            "policy_version": self._policy.version,
-            "content": self._policy.canonical_text,
-            "source": self._policy.source,
+            "policy_version": policy.version if policy else "",
+            "content": policy.canonical_text if policy else "",
+            "source": policy.source if policy else "",
+            "profiles": list(policy.profile_names()) if policy else [],
+            "last_reload_error": "",
+            "refused_version": "",
+            "reload_failures": 0,
         }
 
 
@@ -81,9 +84,12 @@ class Remote:
         from npu_resolver_client import ResolveError
 
         try:
-            return self._call("resolve_request", request)  # type: ignore[no-any-return]
+            result: Resolution = self._call("resolve_request", request)
         except ResolveError as exc:
-            return exc.resolution  # type: ignore[no-any-return]
+            if exc.resolution is None:
+                raise UnreachableError(f"the server refused the request: {exc}") from exc
+            return exc.resolution
+        return result
 
     def diff(self, request: ResolveRequest, products: Sequence[str]) -> DiffResult:
         return self._call("diff", request, list(products))  # type: ignore[no-any-return]
@@ -101,7 +107,7 @@ class Remote:
         ]
 
     def policy(self) -> dict[str, Any]:
-        return dict(self._call("get_policy"))
+        return dict(self._call("get_policy").to_json())
 
 
 def local_products() -> list[str]:
