@@ -7,6 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 50051
 
 .PHONY: run test lint typecheck unit proto proto-check buf-lint deploy-check bench soak clean
+BUF := npx --yes --cache .tools/npm @bufbuild/buf@1.75.0
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,10 +29,17 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint typecheck unit
+test: lint typecheck buf-lint proto-check unit
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
+
+proto-check: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py --check
+
+buf-lint:
+	$(BUF) lint
+	$(BUF) format --diff --exit-code --path proto/npu
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,)

@@ -100,9 +100,7 @@ def _p(samples: list[float], q: float) -> float:
 
 def floor_us(config: dict[str, Any], count: int) -> float:
     """A plain-Python floor: look each option up and check its type, choices and range."""
-    spec = {
-        o.name: (o.choices, o.ranges[0] if o.ranges else None, o.type) for o in CATALOG.options
-    }
+    spec = {o.name: (o.choices, o.ranges[0] if o.ranges else None, o.type) for o in CATALOG.options}
 
     def check() -> int:
         accepted = 0

@@ -21,6 +21,7 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+
 from npu_resolver_server import settings
 
 ROOT = Path(__file__).resolve().parents[1]

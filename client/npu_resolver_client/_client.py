@@ -1,0 +1,577 @@
+"""Blocking and asyncio clients; both return the core's types, never raw protobuf.
+
+Every call has a deadline (10 s unless given). UNAVAILABLE is retried by gRPC itself through
+the channel's service config (retryPolicy, 4 attempts with backoff), and the channel balances
+round_robin over every address the target resolves to, so `dns:///resolver-headless:50051`
+spreads calls over all replicas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+from google.protobuf import message
+
+from npu_resolver import DiffCell, DiffResult, DiffRow, Product, Resolution, ResolveRequest
+
+from ._convert import (
+    _SOURCE_FROM_PB,
+    catalog_from_proto,
+    config_to_json,
+    product_from_proto,
+    request_to_proto,
+    resolution_from_proto,
+    restore_callers_values,
+    value_to_py,
+)
+from ._errors import (
+    Failure,
+    FieldViolation,
+    ResolveError,
+    ResolverClientError,
+    decode_status,
+    failure_error,
+    from_rpc_error,
+)
+from ._proto.npu.resolver.v1 import resolver_pb2 as pb
+from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
+
+JSON = Any
+DEFAULT_TARGET: Final = "127.0.0.1:50051"
+DEFAULT_TIMEOUT: Final = 10.0
+DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+PID_METADATA_KEY: Final = "x-npu-resolver-pid"
+SERVICE: Final = "npu.resolver.v1.Resolver"
+
+RETRY_POLICY: Final[dict[str, JSON]] = {
+    "maxAttempts": 4,
+    "initialBackoff": "0.1s",
+    "maxBackoff": "1s",
+    "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+SERVICE_CONFIG: Final[dict[str, JSON]] = {
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": [{"service": SERVICE}, {"service": "grpc.health.v1.Health"}],
+            "retryPolicy": RETRY_POLICY,
+        }
+    ],
+}
+
+PathOrBytes = str | Path | bytes
+
+
+def channel_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    extra: Sequence[tuple[str, Any]] = (),
+) -> list[tuple[str, Any]]:
+    """The channel options both clients use: service config, sizes, keepalive."""
+    return [
+        ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+        ("grpc.service_config_disable_resolution", 1),
+        ("grpc.enable_retries", 1),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        *extra,
+    ]
+
+
+def _read(value: PathOrBytes | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveFailure:
+    """A batch item that failed, as Resolve would have failed for it."""
+
+    index: int
+    code: grpc.StatusCode
+    message: str
+    resolution: Resolution | None
+    violations: tuple[FieldViolation, ...] = ()
+
+    @property
+    def diagnostics(self) -> tuple[Any, ...]:
+        return () if self.resolution is None else self.resolution.errors
+
+    def error(self) -> ResolverClientError:
+        """The exception Resolve would have raised for this item."""
+        return failure_error(Failure(self.code, self.message, self.violations, self.resolution))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """The policy a server has in force, and how its last reload went."""
+
+    policy_version: str
+    canonical_text: str
+    source: str
+    profiles: tuple[str, ...]
+    last_reload_error: str
+    refused_version: str
+    reload_failures: int
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "policy_version": self.policy_version,
+            "content": self.canonical_text,
+            "source": self.source,
+            "profiles": list(self.profiles),
+            "last_reload_error": self.last_reload_error,
+            "refused_version": self.refused_version,
+            "reload_failures": self.reload_failures,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    changed: bool
+    version: str
+    error: str
+
+
+def _build_request(
+    *,
+    product: str,
+    config: Mapping[str, JSON] | None,
+    env: Mapping[str, str] | None,
+    workdir: str,
+    profile: str,
+    strict: bool,
+    validate_only: bool,
+    attachments: Mapping[str, str] | None,
+) -> ResolveRequest:
+    return ResolveRequest(
+        product=product,
+        config=dict(config or {}),
+        env=dict(env or {}),
+        workdir=workdir,
+        profile=profile,
+        strict=strict,
+        validate_only=validate_only,
+        attachments=dict(attachments or {}),
+    )
+
+
+def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
+    message = pb.DiffRequest(
+        products=list(products),
+        env=dict(request.env),
+        workdir=request.workdir,
+        profile=request.profile,
+        strict=request.strict,
+        attachments=dict(request.attachments),
+    )
+    message.config_json = config_to_json(request.config)
+    return message
+
+
+def _restored(resolution: Resolution | None, request: ResolveRequest) -> Resolution | None:
+    return None if resolution is None else restore_callers_values(resolution, request)
+
+
+def _batch_results(
+    response: pb.ResolveBatchResponse, requests: Sequence[ResolveRequest]
+) -> list[Resolution | ResolveFailure]:
+    out: list[Resolution | ResolveFailure] = []
+    for index, (item, request) in enumerate(zip(response.results, requests, strict=False)):
+        if item.WhichOneof("result") == "response":
+            out.append(restore_callers_values(resolution_from_proto(item.response), request))
+        else:
+            failure = decode_status(item.status)
+            resolution = _restored(failure.resolution, request)
+            out.append(
+                ResolveFailure(index, failure.code, failure.message, resolution, failure.violations)
+            )
+    return out
+
+
+def _resolve_error(error: ResolveError, request: ResolveRequest) -> ResolveError:
+    """The same error, its report holding the caller's own values (see restore_callers_values)."""
+    restored = ResolveError(error.details, _restored(error.resolution, request), error.violations)
+    restored.__traceback__ = error.__traceback__
+    return restored
+
+
+def _diff_result(response: pb.DiffResponse, request: ResolveRequest) -> DiffResult:
+    products = tuple(response.products)
+    results = {
+        pid: restore_callers_values(resolution_from_proto(response.results[pid]), request)
+        for pid in products
+    }
+    rows = []
+    for row in response.rows:
+        cells: dict[str, DiffCell | None] = {}
+        for pid in products:
+            if pid in row.cells:
+                cell = row.cells[pid]
+                value = results[pid].options.get(row.option, value_to_py(cell.value))
+                cells[pid] = DiffCell(value, _SOURCE_FROM_PB[cell.source])
+            else:
+                cells[pid] = None
+        rows.append(DiffRow(row.option, cells, row.same))
+    return DiffResult(products, results, tuple(rows))
+
+
+def _policy_info(response: pb.GetPolicyResponse) -> PolicyInfo:
+    return PolicyInfo(
+        policy_version=response.policy_version,
+        canonical_text=response.canonical_text,
+        source=response.source,
+        profiles=tuple(response.profiles),
+        last_reload_error=response.last_reload_error,
+        refused_version=response.refused_version,
+        reload_failures=response.reload_failures,
+    )
+
+
+def _pid(metadata: Any) -> str:
+    for key, value in metadata or ():
+        if key == PID_METADATA_KEY:
+            return str(value)
+    return ""
+
+
+class _Settings:
+    """What both clients share: target, deadline, credentials, metadata."""
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        timeout: float | None,
+        root_certificates: PathOrBytes | None,
+        private_key: PathOrBytes | None,
+        certificate_chain: PathOrBytes | None,
+        token: str | None,
+        max_message_bytes: int,
+        options: Sequence[tuple[str, Any]],
+    ) -> None:
+        if (private_key is None) != (certificate_chain is None):
+            raise ValueError("private_key and certificate_chain go together (mutual TLS)")
+        self.target = target
+        self.timeout = timeout
+        self.tls = root_certificates is not None or private_key is not None
+        self.root_certificates = _read(root_certificates)
+        self.private_key = _read(private_key)
+        self.certificate_chain = _read(certificate_chain)
+        self.metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self.options = channel_options(max_message_bytes, options)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.private_key,
+            certificate_chain=self.certificate_chain,
+        )
+
+    def deadline(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+
+class ResolverClient:
+    """Blocking client. `with ResolverClient("host:50051") as client: client.resolve(...)`.
+
+    Construction is cheap and never blocks: the channel connects on the first call. Raises
+    `ResolveError` when the request has errors (INVALID_ARGUMENT, carrying the full report),
+    `ResolverUnavailable` when the server cannot be reached in time, `ResolverCallError` for
+    anything else.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        root_certificates: PathOrBytes | None = None,
+        private_key: PathOrBytes | None = None,
+        certificate_chain: PathOrBytes | None = None,
+        token: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._settings = _Settings(
+            target=target,
+            timeout=timeout,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            token=token,
+            max_message_bytes=max_message_bytes,
+            options=options,
+        )
+        s = self._settings
+        if s.tls:
+            self._channel = grpc.secure_channel(target, s.credentials(), options=s.options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=s.options)
+        self._stub = pb_grpc.ResolverStub(self._channel)
+        self.last_server_pid = ""
+        """Pid of the server worker that answered the last call (debugging aid)."""
+
+    @property
+    def target(self) -> str:
+        return self._settings.target
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> ResolverClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+        rpc = getattr(self._stub, method)
+        try:
+            response, call = rpc.with_call(
+                request,
+                timeout=self._settings.deadline(timeout),
+                metadata=self._settings.metadata or None,
+            )
+        except grpc.RpcError as error:
+            self.last_server_pid = _pid(
+                error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+            )
+            raise from_rpc_error(error) from None
+        self.last_server_pid = _pid(call.trailing_metadata())
+        return response
+
+    def resolve(
+        self,
+        product: str,
+        config: Mapping[str, JSON] | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        workdir: str = "",
+        profile: str = "",
+        strict: bool = False,
+        validate_only: bool = False,
+        attachments: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Resolution:
+        request = _build_request(
+            product=product,
+            config=config,
+            env=env,
+            workdir=workdir,
+            profile=profile,
+            strict=strict,
+            validate_only=validate_only,
+            attachments=attachments,
+        )
+        return self.resolve_request(request, timeout=timeout)
+
+    def resolve_request(
+        self, request: ResolveRequest, *, timeout: float | None = None
+    ) -> Resolution:
+        try:
+            response = self._call("Resolve", request_to_proto(request), timeout)
+        except ResolveError as error:
+            raise _resolve_error(error, request) from None
+        return restore_callers_values(resolution_from_proto(response), request)
+
+    def resolve_batch(
+        self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
+    ) -> list[Resolution | ResolveFailure]:
+        batch = pb.ResolveBatchRequest(requests=[request_to_proto(r) for r in requests])
+        return _batch_results(self._call("ResolveBatch", batch, timeout), requests)
+
+    def diff(
+        self,
+        request: ResolveRequest,
+        products: Sequence[str],
+        *,
+        timeout: float | None = None,
+    ) -> DiffResult:
+        """`request` resolved for each of `products` (its own product is ignored), side by
+        side, as `npu_resolver.diff` does in process."""
+        message = _diff_request(request, products)
+        return _diff_result(self._call("Diff", message, timeout), request)
+
+    def list_products(self, *, timeout: float | None = None) -> list[Product]:
+        response = self._call("ListProducts", pb.ListProductsRequest(), timeout)
+        return [product_from_proto(p) for p in response.products]
+
+    def describe_catalog(
+        self, product: str | None = None, *, timeout: float | None = None
+    ) -> dict[str, JSON]:
+        request = pb.DescribeCatalogRequest(product=product or "")
+        return catalog_from_proto(self._call("DescribeCatalog", request, timeout))
+
+    def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
+        return _policy_info(self._call("GetPolicy", pb.GetPolicyRequest(), timeout))
+
+    def reload_policy(self, *, timeout: float | None = None) -> ReloadResult:
+        response = self._call("ReloadPolicy", pb.ReloadPolicyRequest(), timeout)
+        return ReloadResult(response.changed, response.policy_version, response.error)
+
+
+class AsyncResolverClient:
+    """The asyncio twin of ResolverClient (grpc.aio); same methods, awaited."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        root_certificates: PathOrBytes | None = None,
+        private_key: PathOrBytes | None = None,
+        certificate_chain: PathOrBytes | None = None,
+        token: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._settings = _Settings(
+            target=target,
+            timeout=timeout,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            token=token,
+            max_message_bytes=max_message_bytes,
+            options=options,
+        )
+        s = self._settings
+        if s.tls:
+            self._channel = grpc.aio.secure_channel(target, s.credentials(), options=s.options)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=s.options)
+        self._stub = pb_grpc.ResolverStub(self._channel)
+        self.last_server_pid = ""
+
+    @property
+    def target(self) -> str:
+        return self._settings.target
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        return self._channel
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncResolverClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+        rpc = getattr(self._stub, method)
+        call = rpc(
+            request,
+            timeout=self._settings.deadline(timeout),
+            metadata=self._settings.metadata or None,
+        )
+        try:
+            response = await call
+        except grpc.RpcError as error:
+            trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+            self.last_server_pid = _pid(trailing)
+            raise from_rpc_error(error, trailing) from None
+        self.last_server_pid = _pid(await call.trailing_metadata())
+        return response
+
+    async def resolve(
+        self,
+        product: str,
+        config: Mapping[str, JSON] | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        workdir: str = "",
+        profile: str = "",
+        strict: bool = False,
+        validate_only: bool = False,
+        attachments: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Resolution:
+        request = _build_request(
+            product=product,
+            config=config,
+            env=env,
+            workdir=workdir,
+            profile=profile,
+            strict=strict,
+            validate_only=validate_only,
+            attachments=attachments,
+        )
+        return await self.resolve_request(request, timeout=timeout)
+
+    async def resolve_request(
+        self, request: ResolveRequest, *, timeout: float | None = None
+    ) -> Resolution:
+        try:
+            response = await self._call("Resolve", request_to_proto(request), timeout)
+        except ResolveError as error:
+            raise _resolve_error(error, request) from None
+        return restore_callers_values(resolution_from_proto(response), request)
+
+    async def resolve_batch(
+        self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
+    ) -> list[Resolution | ResolveFailure]:
+        batch = pb.ResolveBatchRequest(requests=[request_to_proto(r) for r in requests])
+        return _batch_results(await self._call("ResolveBatch", batch, timeout), requests)
+
+    async def diff(
+        self,
+        request: ResolveRequest,
+        products: Sequence[str],
+        *,
+        timeout: float | None = None,
+    ) -> DiffResult:
+        """`request` resolved for each of `products` (its own product is ignored), side by
+        side, as `npu_resolver.diff` does in process."""
+        message = _diff_request(request, products)
+        return _diff_result(await self._call("Diff", message, timeout), request)
+
+    async def list_products(self, *, timeout: float | None = None) -> list[Product]:
+        response = await self._call("ListProducts", pb.ListProductsRequest(), timeout)
+        return [product_from_proto(p) for p in response.products]
+
+    async def describe_catalog(
+        self, product: str | None = None, *, timeout: float | None = None
+    ) -> dict[str, JSON]:
+        request = pb.DescribeCatalogRequest(product=product or "")
+        return catalog_from_proto(await self._call("DescribeCatalog", request, timeout))
+
+    async def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
+        return _policy_info(await self._call("GetPolicy", pb.GetPolicyRequest(), timeout))
+
+    async def reload_policy(self, *, timeout: float | None = None) -> ReloadResult:
+        response = await self._call("ReloadPolicy", pb.ReloadPolicyRequest(), timeout)
+        return ReloadResult(response.changed, response.policy_version, response.error)
+
+
+def remote_resolve(
+    target: str, request: ResolveRequest, timeout: float | None = DEFAULT_TIMEOUT
+) -> Resolution:
+    """One Resolve through a server, answered like the in-process `npu_resolver.resolve`: a
+    request with errors comes back as its report (ok false) instead of raising. Raises
+    ResolverUnavailable when the server cannot be reached, ResolveError only when the server
+    could not read the request at all."""
+    with ResolverClient(target, timeout=timeout) as client:
+        try:
+            return client.resolve_request(request)
+        except ResolveError as error:
+            if error.resolution is not None:
+                return error.resolution
+            raise

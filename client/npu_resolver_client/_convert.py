@@ -1,0 +1,568 @@
+"""Protobuf messages to and from the core's types; shared by the client and the server.
+
+Struct numbers travel as doubles: integral values are read back as ints so that an answer that
+crossed the wire equals the in-process one. Decoding from the wire checks nesting depth and key
+count (a request is untrusted input), and refuses NaN and infinities, which JSON cannot hold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from google.protobuf import json_format, struct_pb2
+
+from npu_resolver import (
+    Diagnostic,
+    Product,
+    Provenance,
+    Resolution,
+    ResolveRequest,
+    Severity,
+    Source,
+)
+from npu_resolver._products import Family
+
+from ._proto.npu.resolver.v1 import resolver_pb2 as pb
+
+JSON = Any
+
+_SEVERITY_TO_PB: Final = {s: pb.Severity.Value(f"SEVERITY_{s.value}") for s in Severity}
+_SEVERITY_FROM_PB: Final = {v: k for k, v in _SEVERITY_TO_PB.items()}
+_SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
+_SOURCE_FROM_PB: Final = {v: k for k, v in _SOURCE_TO_PB.items()}
+_ENUM_PREFIXES: Final = ("SEVERITY_", "SOURCE_")
+_MAX_EXACT_INT: Final = 2**63
+_PATH_ORDER: Final = {
+    name: i
+    for i, name in enumerate(
+        (
+            "exception_dump_dir",
+            "debug_dir",
+            "fusion_result_file",
+            "op_cache_dir",
+            "external_weight_dir",
+            "aoe_work_path",
+        )
+    )
+}
+
+
+class LimitError(ValueError):
+    """A request is too deep, too wide or holds a value JSON cannot represent."""
+
+
+class _Budget:
+    __slots__ = ("keys", "max_depth", "max_keys")
+
+    def __init__(self, max_depth: int, max_keys: int) -> None:
+        self.max_depth = max_depth
+        self.max_keys = max_keys
+        self.keys = 0
+
+
+# --------------------------------------------------------------------------- JSON values
+
+
+def _number(value: float) -> JSON:
+    if value.is_integer() and abs(value) < _MAX_EXACT_INT:
+        return int(value)
+    return value
+
+
+def value_to_py(value: struct_pb2.Value) -> JSON:
+    """A Value from a trusted peer (the server's answer) as plain Python."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = value.number_value
+        return _number(number) if math.isfinite(number) else number
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return struct_to_py(value.struct_value)
+    if kind == "list_value":
+        return [value_to_py(v) for v in value.list_value.values]
+    return None
+
+
+def struct_to_py(struct: struct_pb2.Struct) -> dict[str, JSON]:
+    return {key: value_to_py(v) for key, v in struct.fields.items()}
+
+
+def _checked_value(value: struct_pb2.Value, where: str, depth: int, budget: _Budget) -> JSON:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise LimitError(f"{where}: {number} is not a JSON number")
+        return _number(number)
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind is None or kind == "null_value":
+        return None
+    if depth >= budget.max_depth:
+        raise LimitError(f"{where}: nested deeper than {budget.max_depth} levels")
+    if kind == "struct_value":
+        return _checked_struct(value.struct_value, where, depth + 1, budget)
+    items = value.list_value.values
+    budget.keys += len(items)
+    if budget.keys > budget.max_keys:
+        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+    return [_checked_value(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(items)]
+
+
+def _checked_struct(
+    struct: struct_pb2.Struct, where: str, depth: int, budget: _Budget
+) -> dict[str, JSON]:
+    fields = struct.fields
+    budget.keys += len(fields)
+    if budget.keys > budget.max_keys:
+        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+    return {
+        key: _checked_value(v, f"{where}.{key[:64]}", depth, budget) for key, v in fields.items()
+    }
+
+
+def checked_struct_to_py(
+    struct: struct_pb2.Struct, where: str, *, max_depth: int, max_keys: int
+) -> dict[str, JSON]:
+    """An untrusted Struct as plain Python, within the depth and key limits (LimitError)."""
+    return _checked_struct(struct, where, 1, _Budget(max_depth, max_keys))
+
+
+def py_to_value(data: JSON) -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    _set_value(value, data)
+    return value
+
+
+def _set_value(value: struct_pb2.Value, data: JSON) -> None:
+    if data is None:
+        value.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(data, bool):
+        value.bool_value = data
+    elif isinstance(data, int | float):
+        value.number_value = data
+    elif isinstance(data, str):
+        value.string_value = data
+    elif isinstance(data, Mapping):
+        value.struct_value.update(data)
+    elif isinstance(data, Sequence):
+        value.list_value.extend(data)
+    else:
+        raise TypeError(f"{type(data).__name__} is not a JSON value")
+
+
+def _fill_struct(struct: struct_pb2.Struct, data: Mapping[str, JSON]) -> None:
+    if data:
+        struct.update(data)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def config_to_json(config: Mapping[str, JSON]) -> str:
+    """A config as the JSON text of `config_json` ("" for an empty one)."""
+    if not config:
+        return ""
+    return json.dumps(dict(config), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.ResolveRequest:
+    """The wire request. The config goes as JSON text (`config_json`), which keeps 600 and 600.0
+    apart as the in-process resolver does; `as_struct` sends it as the Struct `config`."""
+    message = pb.ResolveRequest(
+        product=request.product,
+        env=dict(request.env),
+        workdir=request.workdir,
+        profile=request.profile,
+        strict=request.strict,
+        validate_only=request.validate_only,
+        attachments=dict(request.attachments),
+    )
+    if as_struct:
+        _fill_struct(message.config, request.config)
+    else:
+        message.config_json = config_to_json(request.config)
+    return message
+
+
+def _reject_constant(name: str) -> JSON:
+    raise LimitError(f"config_json: {name} is not a JSON number")
+
+
+def _check_plain(data: JSON, where: str, depth: int, budget: _Budget) -> None:
+    if isinstance(data, dict):
+        items: Any = data.values()
+    elif isinstance(data, list):
+        items = data
+    else:
+        return
+    if depth > budget.max_depth:
+        raise LimitError(f"{where}: nested deeper than {budget.max_depth} levels")
+    budget.keys += len(data)
+    if budget.keys > budget.max_keys:
+        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+    for item in items:
+        _check_plain(item, where, depth + 1, budget)
+
+
+def config_from_wire(
+    struct: struct_pb2.Struct, text: str, where: str, *, max_depth: int, max_keys: int
+) -> dict[str, JSON]:
+    """The config of a wire request, from `config` or `config_json`, within the limits."""
+    if not text:
+        return checked_struct_to_py(struct, where, max_depth=max_depth, max_keys=max_keys)
+    if struct.fields:
+        raise LimitError(f"set {where} or {where}_json, not both")
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise LimitError(f"{where}_json: nested deeper than {max_depth} levels") from None
+    except ValueError as exc:
+        if isinstance(exc, LimitError):
+            raise
+        raise LimitError(f"{where}_json is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise LimitError(f"{where}_json must be a JSON object of option name to value")
+    _check_plain(data, f"{where}_json", 1, _Budget(max_depth, max_keys))
+    return data
+
+
+def request_from_proto(
+    message: pb.ResolveRequest, *, max_depth: int, max_keys: int
+) -> ResolveRequest:
+    """The core request for a wire request; LimitError when its config is out of bounds."""
+    config = config_from_wire(
+        message.config, message.config_json, "config", max_depth=max_depth, max_keys=max_keys
+    )
+    return ResolveRequest(
+        product=message.product,
+        config=config,
+        env=dict(message.env),
+        workdir=message.workdir,
+        profile=message.profile,
+        strict=message.strict,
+        validate_only=message.validate_only,
+        attachments=dict(message.attachments),
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+def diagnostic_to_proto(diagnostic: Diagnostic) -> pb.Diagnostic:
+    return pb.Diagnostic(
+        severity=_SEVERITY_TO_PB[diagnostic.severity],
+        code=diagnostic.code.value,
+        option=diagnostic.option,
+        rule=diagnostic.rule,
+        message=diagnostic.message,
+        suggestion=diagnostic.suggestion,
+    )
+
+
+def _provenance_to_proto(provenance: Provenance) -> pb.Provenance:
+    message = pb.Provenance(
+        source=_SOURCE_TO_PB[provenance.source],
+        rules=provenance.rules,
+        env_var=provenance.env_var,
+        detail=provenance.detail,
+    )
+    if provenance.has_requested:
+        _set_value(message.requested, provenance.requested)
+    return message
+
+
+def resolution_to_proto(resolution: Resolution) -> pb.ResolveResponse:
+    message = pb.ResolveResponse(
+        ok=resolution.ok,
+        product=resolution.product,
+        provenance={k: _provenance_to_proto(v) for k, v in resolution.provenance.items()},
+        diagnostics=[diagnostic_to_proto(d) for d in resolution.diagnostics],
+        paths=dict(resolution.paths),
+        catalog_version=resolution.catalog_version,
+        policy_version=resolution.policy_version,
+        fingerprint=resolution.fingerprint,
+    )
+    message.options.SetInParent()  # present even when empty: `"options": {}` in JSON
+    _fill_struct(message.options, resolution.options)
+    return message
+
+
+def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
+    from npu_resolver import Code
+
+    return Diagnostic(
+        severity=_SEVERITY_FROM_PB[message.severity],
+        code=Code(message.code),
+        option=message.option,
+        rule=message.rule,
+        message=message.message,
+        suggestion=message.suggestion,
+    )
+
+
+def _provenance_from_proto(message: pb.Provenance) -> Provenance:
+    source = _SOURCE_FROM_PB[message.source]
+    rules = tuple(message.rules)
+    if message.HasField("requested"):
+        return Provenance(
+            source, rules, value_to_py(message.requested), message.env_var, message.detail
+        )
+    return Provenance(source, rules, env_var=message.env_var, detail=message.detail)
+
+
+def _catalog_order() -> dict[str, int]:
+    from npu_resolver import CATALOG
+
+    return {option.name: i for i, option in enumerate(CATALOG.options)}
+
+
+_ORDER: dict[str, int] = {}
+
+
+def _ordered(keys: Sequence[str] | Any) -> list[str]:
+    """Option names in catalog order (the order the core produces them in)."""
+    if not _ORDER:
+        _ORDER.update(_catalog_order())
+    last = len(_ORDER)
+    return sorted(keys, key=lambda k: (_ORDER.get(k, last), k))
+
+
+def resolution_from_proto(message: pb.ResolveResponse) -> Resolution:
+    options = struct_to_py(message.options)
+    provenance = message.provenance
+    return Resolution(
+        ok=message.ok,
+        product=message.product,
+        options={k: options[k] for k in _ordered(options)},
+        provenance={k: _provenance_from_proto(provenance[k]) for k in _ordered(provenance)},
+        diagnostics=tuple(_diagnostic_from_proto(d) for d in message.diagnostics),
+        paths={
+            k: message.paths[k]
+            for k in sorted(message.paths, key=lambda k: (_PATH_ORDER.get(k, 99), k))
+        },
+        catalog_version=message.catalog_version,
+        policy_version=message.policy_version,
+        fingerprint=message.fingerprint,
+    )
+
+
+def _same_json(a: JSON, b: JSON) -> bool:
+    """Equal as JSON: numbers by value (600 == 600.0), bools never equal to numbers."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+_CALLERS_VALUE: Final = frozenset({Source.USER, Source.POLICY_LOCKED})
+
+
+def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> Resolution:
+    """Put back the caller's own JSON where the wire blurred it.
+
+    A Struct holds numbers as doubles and objects without key order, so 600.0 comes back as
+    600. Where the answer holds the caller's value itself (provenance `requested` of a USER or
+    POLICY_LOCKED value; an object or list option passed through as given), the caller's JSON
+    is put back, so the answer equals the in-process one exactly.
+    """
+    config = request.config
+    if not config:
+        return resolution
+    options = dict(resolution.options)
+    provenance = dict(resolution.provenance)
+    changed = False
+    for name, entry in resolution.provenance.items():
+        if name not in config:
+            continue
+        given = config[name]
+        if (
+            entry.source in _CALLERS_VALUE
+            and entry.has_requested
+            and entry.requested is not given
+            and _same_json(entry.requested, given)
+        ):
+            provenance[name] = Provenance(
+                entry.source, entry.rules, given, entry.env_var, entry.detail
+            )
+            changed = True
+        value = options.get(name)
+        if (
+            entry.source is Source.USER
+            and isinstance(given, dict | list)
+            and _same_json(value, given)
+        ):
+            options[name] = given
+            changed = True
+    if not changed:
+        return resolution
+    return Resolution(
+        ok=resolution.ok,
+        product=resolution.product,
+        options=options,
+        provenance=provenance,
+        diagnostics=resolution.diagnostics,
+        paths=resolution.paths,
+        catalog_version=resolution.catalog_version,
+        policy_version=resolution.policy_version,
+        fingerprint=resolution.fingerprint,
+    )
+
+
+def strip_enum_prefixes(data: JSON) -> JSON:
+    """SEVERITY_ERROR -> ERROR, SOURCE_USER -> USER, anywhere in a JSON value."""
+    if isinstance(data, dict):
+        return {k: strip_enum_prefixes(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [strip_enum_prefixes(v) for v in data]
+    if isinstance(data, str):
+        for prefix in _ENUM_PREFIXES:
+            if data.startswith(prefix) and data[len(prefix) :].isupper():
+                return data[len(prefix) :]
+    return data
+
+
+def message_to_cli_json(message: Any) -> dict[str, JSON]:
+    """The proto3 JSON mapping (proto field names) of a response, enums by their bare names.
+
+    For a ResolveResponse this equals `Resolution.to_json()` (numbers aside: JSON has one
+    number type, and the mapping writes integral values as floats).
+    """
+    data = json_format.MessageToDict(
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _strip_response(data) if isinstance(message, pb.ResolveResponse) else data
+
+
+def _strip_response(data: dict[str, JSON]) -> dict[str, JSON]:
+    # Only enum fields are touched: option values that happen to start with SOURCE_ stay.
+    for entry in data.get("provenance", {}).values():
+        entry["source"] = entry["source"].removeprefix("SOURCE_")
+    for entry in data.get("diagnostics", []):
+        entry["severity"] = entry["severity"].removeprefix("SEVERITY_")
+    return data
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def product_to_proto(product: Product) -> pb.Product:
+    return pb.Product(
+        id=product.id,
+        name=product.name,
+        source_name=product.source_name,
+        family=product.family.value,
+        aliases=product.aliases,
+    )
+
+
+def product_from_proto(message: pb.Product) -> Product:
+    return Product(
+        id=message.id,
+        name=message.name,
+        source_name=message.source_name,
+        family=Family(message.family),
+        aliases=tuple(message.aliases),
+    )
+
+
+def _support_to_proto(data: Mapping[str, JSON]) -> pb.ProductSupport:
+    message = pb.ProductSupport(
+        supported=bool(data["supported"]),
+        modes=list(data["modes"]),
+        allowed_values=[py_to_value(v) for v in data["allowed_values"]],
+        minimum=py_to_value(data["minimum"]),
+        maximum=py_to_value(data["maximum"]),
+        minimum_exclusive=bool(data["minimum_exclusive"]),
+        unsupported_values={str(k): str(v) for k, v in data["unsupported_values"].items()},
+    )
+    for mode, default in data["defaults"].items():
+        _set_value(message.defaults[mode], default)
+    return message
+
+
+def catalog_to_proto(data: Mapping[str, JSON]) -> pb.DescribeCatalogResponse:
+    """`npu_resolver.describe_catalog()`'s dict as a message (its JSON mapping is that dict)."""
+    return pb.DescribeCatalogResponse(
+        catalog_version=data["catalog_version"],
+        products=[pb.Product(**p) for p in data["products"]],
+        options=[
+            pb.OptionDescription(
+                name=o["name"],
+                section=o["section"],
+                type=o["type"],
+                summary=o["summary"],
+                rules=o["rules"],
+                env_var=o["env_var"] or "",
+                deprecated=bool(o["deprecated"]),
+                experimental=bool(o["experimental"]),
+                unsupported_version=bool(o["unsupported_version"]),
+                attachment=bool(o["attachment"]),
+                aliases={str(k): str(v) for k, v in o["aliases"].items()},
+                products={pid: _support_to_proto(s) for pid, s in o["products"].items()},
+            )
+            for o in data["options"]
+        ],
+    )
+
+
+def _support_from_proto(message: pb.ProductSupport) -> dict[str, JSON]:
+    return {
+        "supported": message.supported,
+        "modes": list(message.modes),
+        "allowed_values": [value_to_py(v) for v in message.allowed_values],
+        "minimum": value_to_py(message.minimum),
+        "maximum": value_to_py(message.maximum),
+        "minimum_exclusive": message.minimum_exclusive,
+        "defaults": {m: value_to_py(message.defaults[m]) for m in message.defaults},
+        "unsupported_values": dict(message.unsupported_values),
+    }
+
+
+def catalog_from_proto(message: pb.DescribeCatalogResponse) -> dict[str, JSON]:
+    """The message as the dict `npu_resolver.describe_catalog()` returns."""
+    return {
+        "catalog_version": message.catalog_version,
+        "products": [
+            {
+                "id": p.id,
+                "name": p.name,
+                "source_name": p.source_name,
+                "family": p.family,
+                "aliases": list(p.aliases),
+            }
+            for p in message.products
+        ],
+        "options": [
+            {
+                "name": o.name,
+                "section": o.section,
+                "type": o.type,
+                "summary": o.summary,
+                "rules": list(o.rules),
+                "env_var": o.env_var,
+                "deprecated": o.deprecated,
+                "experimental": o.experimental,
+                "unsupported_version": o.unsupported_version,
+                "attachment": o.attachment,
+                "aliases": dict(o.aliases),
+                "products": {pid: _support_from_proto(o.products[pid]) for pid in o.products},
+            }
+            for o in message.options
+        ],
+    }

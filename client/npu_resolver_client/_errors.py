@@ -1,0 +1,140 @@
+"""The client's exceptions, and the decoding of a failed call's status details.
+
+- `ResolveError`: the request has errors (INVALID_ARGUMENT). Carries the full `resolution`
+  decoded from the status details (None only when the server could not read the request at
+  all: malformed bytes, a config too deep or too wide), its error `diagnostics`, and the
+  BadRequest `violations`.
+- `ResolverUnavailable`: the server cannot be reached, or did not answer in time (UNAVAILABLE,
+  after the retries of the service config, or DEADLINE_EXCEEDED).
+- `ResolverCallError`: any other failed call (UNAUTHENTICATED, RESOURCE_EXHAUSTED, INTERNAL ...).
+
+All three derive from `ResolverClientError`, which carries the gRPC `code` and `details`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+from google.protobuf import message
+from google.rpc import error_details_pb2, status_pb2
+
+from npu_resolver import Diagnostic, Resolution, Severity
+
+from ._convert import resolution_from_proto
+from ._proto.npu.resolver.v1 import resolver_pb2 as pb
+
+STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One google.rpc.BadRequest field violation: `field`, `reason` (the code), description."""
+
+    field: str
+    reason: str
+    description: str
+
+
+class ResolverClientError(Exception):
+    """A call to the resolver service failed."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class ResolveError(ResolverClientError):
+    """The request has errors; `.resolution` is the server's full report."""
+
+    def __init__(
+        self,
+        details: str,
+        resolution: Resolution | None,
+        violations: tuple[FieldViolation, ...] = (),
+    ) -> None:
+        super().__init__(grpc.StatusCode.INVALID_ARGUMENT, details)
+        self.resolution = resolution
+        self.violations = violations
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The error diagnostics (all diagnostics are in `.resolution.diagnostics`)."""
+        if self.resolution is None:
+            return ()
+        return tuple(d for d in self.resolution.diagnostics if d.severity is Severity.ERROR)
+
+
+class ResolverUnavailable(ResolverClientError):  # noqa: N818 - the documented name
+    """The server could not be reached or did not answer within the deadline."""
+
+
+class ResolverCallError(ResolverClientError):
+    """Any other failed call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A decoded failure status: code, message, BadRequest violations, the response if any."""
+
+    code: grpc.StatusCode
+    message: str
+    violations: tuple[FieldViolation, ...]
+    resolution: Resolution | None
+
+
+_CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def decode_status(status: status_pb2.Status) -> Failure:
+    violations: list[FieldViolation] = []
+    resolution = None
+    for detail in status.details:
+        try:
+            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                violations += [
+                    FieldViolation(v.field, v.reason, v.description) for v in bad.field_violations
+                ]
+            elif detail.Is(pb.ResolveResponse.DESCRIPTOR):
+                response = pb.ResolveResponse()
+                detail.Unpack(response)
+                resolution = resolution_from_proto(response)
+        except (message.DecodeError, ValueError, KeyError):
+            continue
+    code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
+    return Failure(code, status.message, tuple(violations), resolution)
+
+
+def _status_from_metadata(metadata: Any) -> status_pb2.Status | None:
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            try:
+                return status_pb2.Status.FromString(value)
+            except message.DecodeError:
+                return None
+    return None
+
+
+def failure_error(failure: Failure) -> ResolverClientError:
+    if failure.code is grpc.StatusCode.INVALID_ARGUMENT:
+        return ResolveError(failure.message, failure.resolution, failure.violations)
+    if failure.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ResolverUnavailable(failure.code, failure.message)
+    return ResolverCallError(failure.code, failure.message)
+
+
+def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClientError:
+    """The client exception for a failed call."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else None) or str(error)
+    if trailing is None and hasattr(error, "trailing_metadata"):
+        trailing = error.trailing_metadata()
+    status = _status_from_metadata(trailing)
+    if status is not None:
+        failure = decode_status(status)
+        return failure_error(Failure(code, details, failure.violations, failure.resolution))
+    return failure_error(Failure(code, details, (), None))

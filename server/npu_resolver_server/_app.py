@@ -1,0 +1,250 @@
+"""The grpc.aio server of one worker process: build, start, serve, drain.
+
+`create_server(settings)` builds a server that is not started yet; `serve(settings)` runs one
+until SIGTERM or SIGINT, then drains: health NOT_SERVING, no new calls, in-flight calls get
+`grace_seconds` to finish, exit status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+import npu_resolver_client._proto.npu.resolver.v1.resolver_pb2 as pb
+
+from . import _logging
+from ._auth import TokenInterceptor, read_token
+from ._cache import AnswerCache
+from ._metrics import Metrics
+from ._policy_store import PolicyStore
+from ._servicer import SERVICE, Limits, ResolverService
+from .settings import HEALTH_SERVICE, ServerSettings
+
+log = logging.getLogger("npu_resolver_server")
+
+KEEPALIVE_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 2),
+    # Reconnect clients now and then so that round_robin spreads load over new replicas.
+    ("grpc.max_connection_age_ms", 300_000),
+    ("grpc.max_connection_age_grace_ms", 30_000),
+)
+SERVICE_NAMES: Final = (
+    pb.DESCRIPTOR.services_by_name["Resolver"].full_name,
+    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    reflection.SERVICE_NAME,
+)
+
+assert SERVICE == HEALTH_SERVICE == SERVICE_NAMES[0]
+
+
+def _address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        # One worker must own its port (a second server on it is an error); N workers share it.
+        ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+        *KEEPALIVE_OPTIONS,
+    ]
+
+
+def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
+    client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [pair], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+@dataclass
+class ResolverServer:
+    """A built server: the grpc.aio server, its health servicer, and where it listens."""
+
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    service: ResolverService
+    store: PolicyStore
+    port: int
+    settings: ServerSettings
+    health_server: grpc.aio.Server | None = None
+    health_port: int = 0
+    metrics: Metrics | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    async def start(self) -> None:
+        await self.server.start()
+        if self.health_server is not None:
+            await self.health_server.start()
+        for name in ("", HEALTH_SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.store.start_watching(self.settings.policy_poll_seconds)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: NOT_SERVING, refuse new calls, let in-flight ones finish within `grace`."""
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.settings.grace_seconds if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        await self.store.stop_watching()
+        stops = [self.server.stop(grace)]
+        if self.health_server is not None:
+            stops.append(self.health_server.stop(grace))
+        await asyncio.gather(*stops)
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+def create_server(
+    settings: ServerSettings,
+    *,
+    store: PolicyStore | None = None,
+    metrics: Metrics | None = None,
+) -> ResolverServer:
+    """Build (not start) a server. Loads the policy unless a store is given (PolicyError)."""
+    if store is None:
+        store = PolicyStore(settings.policy)
+        store.load_initial()
+    cache = AnswerCache(settings.cache_entries)
+    in_force = [store.version]
+
+    def on_change(changed: PolicyStore) -> None:
+        if changed.version != in_force[0]:
+            in_force[0] = changed.version
+            cache.clear()  # answers under the old policy can never be asked for again
+        if metrics is not None:
+            metrics.policy(changed.version, changed.failures)
+
+    store.add_listener(on_change)
+    if metrics is not None:
+        metrics.policy(store.version, store.failures)
+    service = ResolverService(
+        store,
+        cache=cache,
+        metrics=metrics,
+        limits=Limits(settings.max_struct_depth, settings.max_struct_keys),
+    )
+    interceptors = []
+    if settings.admin_token_file is not None:
+        token = read_token(settings.admin_token_file)
+        interceptors.append(TokenInterceptor(token, protect_all=settings.protect_resolve))
+    options = server_options(settings)
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=options,
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
+    server.add_generic_rpc_handlers((service.generic_handler(),))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(SERVICE_NAMES, server)
+    credentials = _credentials(settings)
+    address = _address(settings.host, settings.port)
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
+    if port == 0:
+        raise OSError(f"could not listen on {address}")
+    resolver_server = ResolverServer(server, health_servicer, service, store, port, settings)
+    resolver_server.metrics = metrics
+    if settings.health_port:
+        health_only = grpc.aio.server(options=options)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_only)
+        health_address = _address(settings.host, settings.health_port)
+        resolver_server.health_port = health_only.add_insecure_port(health_address)
+        resolver_server.health_server = health_only
+    return resolver_server
+
+
+async def serve(
+    settings: ServerSettings, *, worker: int = 0, metrics: Metrics | None = None
+) -> int:
+    """Run one worker until SIGTERM/SIGINT, then drain. Returns the exit status."""
+    try:
+        built = create_server(settings, metrics=metrics)
+    except Exception as exc:  # bad policy, unreadable certificate, port taken
+        log.error(
+            "server could not start",
+            extra={"fields": {"event": "start_failed", "error": str(exc), "worker": worker}},
+        )
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_stop(signum: int) -> None:
+        if stop.is_set():  # a second signal: stop now
+            task = loop.create_task(built.server.stop(0))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        stop.set()
+        log.info(
+            "draining",
+            extra={
+                "fields": {
+                    "event": "draining",
+                    "signal": signal.Signals(signum).name,
+                    "grace_seconds": settings.grace_seconds,
+                }
+            },
+        )
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_stop, signum)
+    loop.add_signal_handler(signal.SIGHUP, built.store.reload)
+    await built.start()
+    log.info(
+        "serving",
+        extra={
+            "fields": {
+                "event": "serving",
+                "host": settings.host,
+                "port": built.port,
+                "health_port": built.health_port,
+                "tls": settings.tls,
+                "worker": worker,
+                "policy_version": built.store.version,
+            }
+        },
+    )
+    await stop.wait()
+    await built.stop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(signum)
+    log.info("stopped", extra={"fields": {"event": "stopped", "worker": worker}})
+    return 0
+
+
+def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool = True) -> int:
+    """One worker process's life: logging, metrics, the event loop."""
+    _logging.configure(settings.log_level)
+    metrics = None
+    if settings.metrics_port:
+        metrics = Metrics()
+        if serve_metrics:
+            from ._metrics import start_http
+
+            start_http(settings.metrics_port, settings.host)
+    return asyncio.run(serve(settings, worker=worker, metrics=metrics))

@@ -1,0 +1,62 @@
+"""Bearer-token check for admin calls (and, by flag, for every resolver call).
+
+Health and reflection stay open: probes and tooling must reach them without a secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+
+from ._servicer import ADMIN_METHODS, SERVICE
+
+AUTH_HEADER: Final = "authorization"
+
+
+def read_token(path: Path) -> str:
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"admin token file {path} is empty")
+    return token
+
+
+def _refuse(message: str) -> grpc.RpcMethodHandler:
+    async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.unary_unary_rpc_method_handler(abort)
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Requires `authorization: Bearer <token>` on admin methods (or all resolver methods)."""
+
+    def __init__(self, token: str, *, protect_all: bool = False) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self._protect_all = protect_all
+        self._prefix = f"/{SERVICE}/"
+
+    def _needs_token(self, method: str) -> bool:
+        if not method.startswith(self._prefix):
+            return False
+        return self._protect_all or method[len(self._prefix) :] in ADMIN_METHODS
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        if self._needs_token(handler_call_details.method):
+            given = b""
+            for key, value in handler_call_details.invocation_metadata or ():
+                if key == AUTH_HEADER:
+                    given = value.encode() if isinstance(value, str) else value
+                    break
+            if not given:
+                return _refuse("this call needs the admin bearer token (authorization metadata)")
+            if not hmac.compare_digest(given, self._expected):
+                return _refuse("the bearer token is not valid")
+        return await continuation(handler_call_details)

@@ -1,0 +1,142 @@
+"""`npu-resolve serve` and `python -m npu_resolver_server`: flags, settings, start.
+
+Importing this module does not import grpc: with --workers N the processes are forked before
+any grpc object exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .settings import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_HOST,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_PORT,
+    ENV_PREFIX,
+    ServerSettings,
+    load_settings,
+)
+
+_FLAGS = (
+    "host",
+    "port",
+    "workers",
+    "policy",
+    "metrics_port",
+    "grace_seconds",
+    "max_message_bytes",
+    "max_concurrent_rpcs",
+    "cache_entries",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "admin_token_file",
+    "protect_resolve",
+    "health_port",
+    "log_level",
+)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the `serve` flags. Unset flags fall back to NPU_RESOLVER_* variables."""
+    env = ENV_PREFIX
+    add = parser.add_argument
+    add("--host", help=f"address to listen on (default {DEFAULT_HOST}; env {env}HOST)")
+    add("--port", type=int, help=f"gRPC port (default {DEFAULT_PORT}; env {env}PORT)")
+    add(
+        "--workers",
+        type=int,
+        help=f"processes sharing the port with SO_REUSEPORT (default 1; env {env}WORKERS)",
+    )
+    add("--policy", type=Path, metavar="FILE", help=f"policy file, hot-reloaded (env {env}POLICY)")
+    add(
+        "--metrics-port",
+        type=int,
+        metavar="P",
+        help=f"Prometheus metrics port, 0 = off (conventionally {DEFAULT_METRICS_PORT}; "
+        f"env {env}METRICS_PORT)",
+    )
+    add(
+        "--grace-seconds",
+        type=float,
+        metavar="S",
+        help=f"drain period on SIGTERM (default {DEFAULT_GRACE_SECONDS}; env {env}GRACE_SECONDS)",
+    )
+    add(
+        "--max-message-bytes",
+        type=int,
+        metavar="N",
+        help=f"largest request or reply (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    add("--max-concurrent-rpcs", type=int, metavar="N", help="calls in progress at most")
+    add("--cache-entries", type=int, metavar="N", help="answer cache size, 0 = off (default 4096)")
+    add("--tls-cert", type=Path, metavar="FILE", help="server certificate chain (PEM)")
+    add("--tls-key", type=Path, metavar="FILE", help="server private key (PEM)")
+    add(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA for client certificates: turns on mutual TLS",
+    )
+    add(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="file with the bearer token admin calls (ReloadPolicy) must present",
+    )
+    add(
+        "--protect-resolve",
+        action="store_true",
+        default=None,
+        help="require the bearer token on every resolver call too",
+    )
+    add(
+        "--health-port",
+        type=int,
+        metavar="P",
+        help="plaintext port serving only the health service (for probes when TLS is on)",
+    )
+    add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="default INFO")
+
+
+def settings_from_args(namespace: argparse.Namespace) -> ServerSettings:
+    return load_settings(**{name: getattr(namespace, name, None) for name in _FLAGS})
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        lines.append(f"{where}: {item['msg']}" if where else str(item["msg"]))
+    return "; ".join(lines)
+
+
+def run_serve(namespace: argparse.Namespace) -> int:
+    """Run the server as the flags say; returns the process exit status."""
+    try:
+        settings = settings_from_args(namespace)
+    except ValidationError as exc:
+        print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
+        return 2
+    if settings.workers > 1:
+        from ._supervisor import run_workers
+
+        return run_workers(settings)
+    from ._app import run_worker
+
+    return run_worker(settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="npu-resolve serve", description="Serve the resolver over gRPC."
+    )
+    add_serve_arguments(parser)
+    return run_serve(parser.parse_args(argv))

@@ -1,0 +1,127 @@
+"""Prometheus metrics: calls by method and status, latency, diagnostics, policy state.
+
+With one process the metrics page is served by the worker itself. With --workers N the parent
+sets PROMETHEUS_MULTIPROC_DIR to a fresh folder before forking, each worker writes its samples
+there, and the parent serves the page aggregated over all workers (`serve_multiprocess`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, Final
+
+MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS: Final = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class Metrics:
+    """The server's metrics; every method is cheap and safe to call per request."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        registry = registry if registry is not None else REGISTRY
+        self.requests = Counter(
+            "npu_resolver_requests",
+            "gRPC calls answered, by method and status code.",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "npu_resolver_request_latency_seconds",
+            "Time to answer a gRPC call in the handler, by method.",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.diagnostics = Counter(
+            "npu_resolver_diagnostics",
+            "Diagnostics in answers, by code and product.",
+            ["code", "product"],
+            registry=registry,
+        )
+        self.batch_items = Counter(
+            "npu_resolver_batch_items",
+            "Items resolved through ResolveBatch, by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.cache = Counter(
+            "npu_resolver_answer_cache",
+            "Answer cache look-ups, by result (hit or miss).",
+            ["result"],
+            registry=registry,
+        )
+        self.policy_info = Gauge(
+            "npu_resolver_policy_info",
+            "The policy version in force (value 1 on the current version's series).",
+            ["version"],
+            multiprocess_mode="liveall",
+            registry=registry,
+        )
+        self.reload_failures = Counter(
+            "npu_resolver_policy_reload_failures",
+            "Policy reloads that failed (the last good policy stayed in force).",
+            registry=registry,
+        )
+        self._version: str | None = None
+        self._failures_seen = 0
+
+    def observe(
+        self, method: str, code: str, seconds: float, product: str, codes: Iterable[str]
+    ) -> None:
+        self.requests.labels(method, code).inc()
+        self.latency.labels(method).observe(seconds)
+        for diagnostic in codes:
+            self.diagnostics.labels(diagnostic, product or "unknown").inc()
+
+    def policy(self, version: str, failures: int) -> None:
+        if version != self._version:
+            if self._version is not None:
+                self.policy_info.labels(self._version).set(0)
+                self.policy_info.remove(self._version)
+            self.policy_info.labels(version).set(1)
+            self._version = version
+        if failures > self._failures_seen:
+            self.reload_failures.inc(failures - self._failures_seen)
+            self._failures_seen = failures
+
+
+def start_http(port: int, host: str = "0.0.0.0") -> None:
+    """Serve this process's metrics on `port` (one-worker mode)."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host)
+
+
+def serve_multiprocess(port: int, host: str = "0.0.0.0") -> None:
+    """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=os.environ[MULTIPROC_ENV])  # type: ignore[no-untyped-call]
+    start_http_server(port, addr=host, registry=registry)
+
+
+def mark_dead(pid: int) -> None:
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -1,0 +1,208 @@
+"""The policy in force, and its reloading.
+
+The store holds one reference to the current policy; a request or a batch reads it once, so a
+reload swaps it atomically between requests. The file is watched by polling its identity
+(resolved symlink target, mtime_ns, size, inode) about once a second, which also catches the
+Kubernetes ConfigMap swap of the `..data` symlink, and reloaded on SIGHUP or the ReloadPolicy
+call. A file that does not load keeps the last good policy; the error is logged and shown by
+GetPolicy and the health detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from npu_resolver import PolicyLike
+
+log = logging.getLogger("npu_resolver_server.policy")
+
+Loader = Callable[[Path], PolicyLike]
+FileId = tuple[str, int, int, int]
+
+
+def _default_loader(path: Path) -> PolicyLike:
+    from npu_resolver import load_policy
+
+    return load_policy(path)
+
+
+def _load_errors() -> tuple[type[Exception], ...]:
+    from npu_resolver import PolicyError
+
+    return (PolicyError, OSError, UnicodeDecodeError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOutcome:
+    changed: bool
+    version: str
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatus:
+    version: str
+    canonical_text: str
+    source: str
+    profiles: tuple[str, ...]
+    last_reload_error: str
+    refused_version: str
+    reload_failures: int
+
+
+class PolicyStore:
+    """The current policy (or None) with the outcome of the last load."""
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        loader: Loader = _default_loader,
+        on_change: Callable[[PolicyStore], None] | None = None,
+    ) -> None:
+        self.path = path
+        self._loader = loader
+        self._listeners: list[Callable[[PolicyStore], None]] = []
+        if on_change is not None:
+            self._listeners.append(on_change)
+        self.current: PolicyLike | None = None
+        self.last_error = ""
+        self.refused_version = ""
+        self.failures = 0
+        self._file_id: FileId | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def fixed(cls, policy: PolicyLike | None) -> PolicyStore:
+        """A store with a given policy and no file (tests, embedding)."""
+        store = cls(None)
+        store.current = policy
+        return store
+
+    @property
+    def version(self) -> str:
+        policy = self.current
+        return policy.version if policy is not None else ""
+
+    def _identify(self) -> FileId | None:
+        assert self.path is not None
+        try:
+            target = os.path.realpath(self.path)
+            st = os.stat(target)
+        except OSError:
+            return None
+        return (target, st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def load_initial(self) -> None:
+        """Load the file at start; raises the loader's error when it is bad (no fallback yet)."""
+        if self.path is None:
+            return
+        self._file_id = self._identify()
+        self.current = self._loader(self.path)
+        log.info(
+            "policy loaded",
+            extra={"fields": {"event": "policy_loaded", "policy_version": self.current.version}},
+        )
+        self._changed()
+
+    def reload(self) -> ReloadOutcome:
+        """Reload the file now; on failure keep the last good policy and record why."""
+        if self.path is None:
+            return ReloadOutcome(False, self.version, "the server has no policy file")
+        self._file_id = self._identify()
+        try:
+            policy = self._loader(self.path)
+        except _load_errors() as exc:
+            self.failures += 1
+            self.last_error = str(exc) or type(exc).__name__
+            self.refused_version = _file_hash(self.path)
+            log.error(
+                "policy reload failed; keeping the last good policy",
+                extra={
+                    "fields": {
+                        "event": "policy_reload_failed",
+                        "error": self.last_error,
+                        "policy_version": self.version,
+                    }
+                },
+            )
+            self._changed()
+            return ReloadOutcome(False, self.version, self.last_error)
+        self.last_error = ""
+        self.refused_version = ""
+        changed = self.current is None or policy.version != self.current.version
+        self.current = policy  # one reference assignment: atomic for every request
+        if changed:
+            log.info(
+                "policy reloaded",
+                extra={"fields": {"event": "policy_reloaded", "policy_version": policy.version}},
+            )
+        self._changed()
+        return ReloadOutcome(changed, policy.version)
+
+    def add_listener(self, listener: Callable[[PolicyStore], None]) -> None:
+        """Call `listener(store)` after every load or failed reload."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener(self)
+
+    def check_file(self) -> ReloadOutcome | None:
+        """Reload when the file's identity changed since the last load; None when unchanged."""
+        if self.path is None:
+            return None
+        file_id = self._identify()
+        if file_id is None or file_id == self._file_id:
+            return None
+        return self.reload()
+
+    async def _watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.check_file()
+            except Exception:  # never let the watcher die
+                log.exception("policy watch failed")
+
+    def start_watching(self, interval: float = 1.0) -> None:
+        if self.path is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._watch(interval))
+
+    async def stop_watching(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def status(self) -> PolicyStatus:
+        policy = self.current
+        return PolicyStatus(
+            version=policy.version if policy is not None else "",
+            canonical_text=str(getattr(policy, "canonical_text", "")) if policy else "",
+            source=str(self.path) if self.path is not None else "",
+            profiles=tuple(policy.profile_names()) if policy is not None else (),
+            last_reload_error=self.last_error,
+            refused_version=self.refused_version,
+            reload_failures=self.failures,
+        )
+
+    def health_detail(self) -> str:
+        if self.last_error:
+            return f"policy reload failed, serving {self.version or 'no policy'}: {self.last_error}"
+        return f"policy {self.version or 'none'}"
+
+
+def _file_hash(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return ""

@@ -1,0 +1,427 @@
+"""The Resolver service: decode, call the core, encode. No rule logic lives here.
+
+Handlers receive the raw request bytes and parse them themselves, so that a malformed message
+or invalid UTF-8 is INVALID_ARGUMENT (not INTERNAL), and so that a repeated request can be
+answered from the answer cache without parsing it at all. Any unexpected exception is logged
+and answered INTERNAL with a message; nothing escapes as UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import grpc
+from google.protobuf import any_pb2, message
+from google.rpc import error_details_pb2, status_pb2
+
+import npu_resolver
+from npu_resolver import Resolution, ResolveRequest, Severity
+from npu_resolver_client._convert import (
+    LimitError,
+    catalog_to_proto,
+    config_from_wire,
+    product_to_proto,
+    py_to_value,
+    request_from_proto,
+    resolution_to_proto,
+)
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+
+from . import _logging
+from ._cache import Answer, AnswerCache
+from ._metrics import Metrics
+from ._policy_store import PolicyStore
+from .settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS, PID_METADATA_KEY
+
+SERVICE: Final = "npu.resolver.v1.Resolver"
+STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
+
+log = logging.getLogger("npu_resolver_server.service")
+
+M = TypeVar("M", bound=message.Message)
+Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_depth: int = DEFAULT_MAX_STRUCT_DEPTH
+    max_keys: int = DEFAULT_MAX_STRUCT_KEYS
+
+
+class _RefusedError(Exception):
+    """The request cannot be read: answered INVALID_ARGUMENT with a BadRequest."""
+
+    def __init__(self, message: str, field: str = "", reason: str = "MALFORMED_REQUEST") -> None:
+        super().__init__(message)
+        self.field = field
+        self.reason = reason
+
+    def answer(self) -> Answer:
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=self.field, reason=self.reason, description=str(self)
+        )
+        status = _status(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            str(self),
+            [error_details_pb2.BadRequest(field_violations=[violation])],
+        )
+        return Answer(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            message=str(self),
+            status_details=status.SerializeToString(),
+            ok=False,
+            codes=(self.reason,),
+        )
+
+
+def _status(
+    code: grpc.StatusCode, text: str, details: Sequence[message.Message]
+) -> status_pb2.Status:
+    packed = []
+    for detail in details:
+        item = any_pb2.Any()
+        item.Pack(detail)
+        packed.append(item)
+    return status_pb2.Status(code=code.value[0], message=text, details=packed)
+
+
+def violation_field(option: str) -> str:
+    """The BadRequest field for a diagnostic's `option`."""
+    if option in ("product", "profile", "config") or option.startswith("env."):
+        return option
+    return f"config.{option}"
+
+
+def error_answer(resolution: Resolution, response: pb.ResolveResponse) -> Answer:
+    """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response."""
+    errors = resolution.errors
+    violations = [
+        error_details_pb2.BadRequest.FieldViolation(
+            field=violation_field(d.option), reason=d.code.value, description=d.message
+        )
+        for d in errors
+    ]
+    first = errors[0]
+    text = f"{violation_field(first.option)}: {first.code.value}: {first.message}"
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    status = _status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        text,
+        [error_details_pb2.BadRequest(field_violations=violations), response],
+    )
+    return Answer(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        message=text,
+        status_details=status.SerializeToString(),
+        product=resolution.product,
+        ok=False,
+        codes=tuple(resolution.codes()),
+    )
+
+
+def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
+    response = resolution_to_proto(resolution)
+    if not validate_only and any(d.severity is Severity.ERROR for d in resolution.diagnostics):
+        return error_answer(resolution, response)
+    return Answer(
+        grpc.StatusCode.OK,
+        payload=response.SerializeToString(),
+        product=resolution.product,
+        ok=resolution.ok,
+        codes=tuple(resolution.codes()),
+    )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _batch_item(answer: Answer) -> bytes:
+    """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
+    if answer.code is grpc.StatusCode.OK:
+        return _field(1, answer.payload)  # result.response
+    status = answer.status_details or _status(answer.code, answer.message, []).SerializeToString()
+    return _field(2, status)  # result.status
+
+
+def parse(kind: type[M], raw: bytes) -> M:
+    try:
+        return kind.FromString(raw)
+    except message.DecodeError as exc:
+        raise _RefusedError(f"the request is not a valid {kind.DESCRIPTOR.name}: {exc}") from None
+
+
+class ResolverService:
+    """The handlers of npu.resolver.v1.Resolver, on raw bytes."""
+
+    def __init__(
+        self,
+        store: PolicyStore,
+        *,
+        cache: AnswerCache | None = None,
+        metrics: Metrics | None = None,
+        limits: Limits = Limits(),
+    ) -> None:
+        self.store = store
+        self.cache = cache if cache is not None else AnswerCache(0)
+        self.metrics = metrics
+        self.limits = limits
+        self._pid = str(os.getpid())
+        self._catalog_cache: dict[str, bytes] = {}
+
+    # ----------------------------------------------------------------------- plumbing
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, Callable[[bytes, grpc.aio.ServicerContext], Answer]] = {
+            "Resolve": self.resolve,
+            "ResolveBatch": self.resolve_batch,
+            "Diff": self.diff,
+            "ListProducts": self.list_products,
+            "DescribeCatalog": self.describe_catalog,
+            "GetPolicy": self.get_policy,
+            "ReloadPolicy": self.reload_policy,
+        }
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                name: grpc.unary_unary_rpc_method_handler(self._wrap(name, fn))
+                for name, fn in methods.items()
+            },
+        )
+
+    def _wrap(
+        self, method: str, fn: Callable[[bytes, grpc.aio.ServicerContext], Answer]
+    ) -> Handler:
+        pid = self._pid
+
+        async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            start = _logging.now()
+            extra: dict[str, Any] = {}
+            try:
+                answer = fn(raw, context)
+            except _RefusedError as refused:
+                answer = refused.answer()
+            except Exception as exc:
+                log.exception(
+                    "unexpected error", extra={"fields": {"event": "internal", "method": method}}
+                )
+                answer = Answer(
+                    grpc.StatusCode.INTERNAL,
+                    message=f"internal error in {method} ({type(exc).__name__}); see server log",
+                    ok=False,
+                )
+            elapsed = _logging.now() - start
+            code = answer.code.name
+            if self.metrics is not None:
+                self.metrics.observe(method, code, elapsed, answer.product, answer.codes)
+            _logging.log_call(
+                method,
+                code=code,
+                latency_s=elapsed,
+                product=answer.product,
+                ok=answer.ok,
+                codes=answer.codes,
+                **extra,
+            )
+            trailing: list[tuple[str, str | bytes]] = [(PID_METADATA_KEY, pid)]
+            if answer.code is grpc.StatusCode.OK:
+                context.set_trailing_metadata(tuple(trailing))
+                return answer.payload
+            if answer.status_details:
+                trailing.append((STATUS_DETAILS_KEY, answer.status_details))
+            await context.abort(answer.code, answer.message, tuple(trailing))
+            raise AssertionError("abort returned")  # pragma: no cover
+
+        return handler
+
+    def _policy(self) -> npu_resolver.PolicyLike | None:
+        return self.store.current
+
+    # ----------------------------------------------------------------------- resolve
+
+    def _request(self, message_: pb.ResolveRequest) -> ResolveRequest:
+        try:
+            return request_from_proto(
+                message_, max_depth=self.limits.max_depth, max_keys=self.limits.max_keys
+            )
+        except LimitError as exc:
+            raise _RefusedError(str(exc), "config", "REQUEST_LIMIT") from None
+
+    def _resolve_one(
+        self,
+        raw: bytes,
+        parsed: pb.ResolveRequest | None,
+        policy: npu_resolver.PolicyLike | None,
+        version: str,
+    ) -> Answer:
+        cached = self.cache.get(version, raw)
+        if self.metrics is not None and self.cache.enabled:
+            self.metrics.cache.labels("hit" if cached is not None else "miss").inc()
+        if cached is not None:
+            return cached
+        try:
+            request = self._request(parsed if parsed is not None else parse(pb.ResolveRequest, raw))
+        except _RefusedError as refused:
+            return refused.answer()
+        answer = resolution_answer(
+            npu_resolver.resolve(request, policy=policy), request.validate_only
+        )
+        self.cache.put(version, raw, answer)
+        return answer
+
+    def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        policy = self._policy()
+        return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
+
+    def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        batch = parse(pb.ResolveBatchRequest, raw)
+        policy = self._policy()  # one snapshot for the whole batch
+        version = policy.version if policy is not None else ""
+        parts: list[bytes] = []
+        failed = 0
+        codes: set[str] = set()
+        for index, item in enumerate(batch.requests):
+            if index % 64 == 63:
+                remaining = context.time_remaining()
+                if remaining is not None and remaining <= 0:
+                    return Answer(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        message=f"deadline exceeded after {index} of {len(batch.requests)} items",
+                        ok=False,
+                    )
+            answer = self._resolve_one(item.SerializeToString(), item, policy, version)
+            failed += answer.code is not grpc.StatusCode.OK
+            codes.update(answer.codes)
+            parts.append(_field(1, _batch_item(answer)))
+        if self.metrics is not None:
+            self.metrics.batch_items.labels("ok").inc(len(parts) - failed)
+            self.metrics.batch_items.labels("failed").inc(failed)
+        parts.append(_field(2, version.encode()) if version else b"")
+        parts.append(_field(3, npu_resolver.CATALOG_VERSION.encode()))
+        return Answer(
+            grpc.StatusCode.OK, payload=b"".join(parts), ok=failed == 0, codes=tuple(sorted(codes))
+        )
+
+    # ----------------------------------------------------------------------- the rest
+
+    def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        request = parse(pb.DiffRequest, raw)
+        products = list(request.products)
+        if len(products) < 2:
+            raise _RefusedError("a diff needs two or more products", "products", "TOO_FEW_PRODUCTS")
+        for index, name in enumerate(products):
+            if npu_resolver.product_id(name) is None:
+                known = ", ".join(p.id for p in npu_resolver.PRODUCTS)
+                raise _RefusedError(
+                    f"product {name!r} is not recognized; use one of {known}",
+                    f"products[{index}]",
+                    "UNKNOWN_PRODUCT",
+                )
+        try:
+            config = config_from_wire(
+                request.config,
+                request.config_json,
+                "config",
+                max_depth=self.limits.max_depth,
+                max_keys=self.limits.max_keys,
+            )
+        except LimitError as exc:
+            raise _RefusedError(str(exc), "config", "REQUEST_LIMIT") from None
+        core_request = ResolveRequest(
+            product=products[0],
+            config=config,
+            env=dict(request.env),
+            workdir=request.workdir,
+            profile=request.profile,
+            strict=request.strict,
+            attachments=dict(request.attachments),
+        )
+        result = npu_resolver.diff(core_request, products, policy=self._policy())
+        response = pb.DiffResponse(
+            products=list(result.products),
+            differing=[row.option for row in result.differing],
+            results={pid: resolution_to_proto(r) for pid, r in result.results.items()},
+        )
+        for row in result.rows:
+            out = response.rows.add(option=row.option, same=row.same)
+            for pid, cell in row.cells.items():
+                if cell is not None:
+                    target = out.cells[pid]
+                    target.source = pb.Source.Value(f"SOURCE_{cell.source.value}")
+                    _set_json(target.value, cell.value)
+        codes = sorted({c for r in result.results.values() for c in r.codes()})
+        return Answer(grpc.StatusCode.OK, payload=response.SerializeToString(), codes=tuple(codes))
+
+    def list_products(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        parse(pb.ListProductsRequest, raw)
+        response = pb.ListProductsResponse(
+            products=[product_to_proto(p) for p in npu_resolver.list_products()],
+            catalog_version=npu_resolver.CATALOG_VERSION,
+        )
+        return Answer(grpc.StatusCode.OK, payload=response.SerializeToString())
+
+    def describe_catalog(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        request = parse(pb.DescribeCatalogRequest, raw)
+        cached = self._catalog_cache.get(request.product)
+        if cached is None:
+            try:
+                data = npu_resolver.describe_catalog(request.product or None)
+            except ValueError as exc:
+                raise _RefusedError(str(exc), "product", "UNKNOWN_PRODUCT") from None
+            cached = catalog_to_proto(data).SerializeToString()
+            if len(self._catalog_cache) < 64:
+                self._catalog_cache[request.product] = cached
+        return Answer(grpc.StatusCode.OK, payload=cached)
+
+    def get_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        parse(pb.GetPolicyRequest, raw)
+        status = self.store.status()
+        response = pb.GetPolicyResponse(
+            policy_version=status.version,
+            canonical_text=status.canonical_text,
+            source=status.source,
+            profiles=list(status.profiles),
+            last_reload_error=status.last_reload_error,
+            refused_version=status.refused_version,
+            reload_failures=status.reload_failures,
+        )
+        return Answer(grpc.StatusCode.OK, payload=response.SerializeToString())
+
+    def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        parse(pb.ReloadPolicyRequest, raw)
+        if self.store.path is None:
+            return Answer(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                message="the server was started without --policy; there is nothing to reload",
+                ok=False,
+            )
+        outcome = self.store.reload()
+        response = pb.ReloadPolicyResponse(
+            changed=outcome.changed, policy_version=outcome.version, error=outcome.error
+        )
+        return Answer(
+            grpc.StatusCode.OK, payload=response.SerializeToString(), ok=not outcome.error
+        )
+
+
+def _set_json(target: Any, value: Any) -> None:
+    target.CopyFrom(py_to_value(value))

@@ -1,0 +1,152 @@
+"""--workers N: N processes sharing one port (SO_REUSEPORT), forked before any grpc object.
+
+This module never imports grpc. The parent forks the workers, forwards SIGTERM, SIGINT and
+SIGHUP to them, restarts a worker that dies unexpectedly (with a backoff, and gives up when
+they keep dying), serves the aggregated metrics when --metrics-port is set, and exits 0 when
+every worker has drained cleanly after a stop signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from types import FrameType
+from typing import Final
+
+from .settings import ServerSettings
+
+RESTART_WINDOW_S: Final = 60.0
+MAX_RESTARTS_IN_WINDOW: Final = 5
+START_FAILED: Final = 2
+
+
+def _say(event: str, **fields: object) -> None:
+    line = {
+        "ts": round(time.time(), 3),
+        "level": "INFO",
+        "logger": "npu_resolver_server.supervisor",
+    }
+    line.update({"msg": event, "event": event, "pid": os.getpid(), **fields})
+    print(json.dumps(line, default=str), file=sys.stderr, flush=True)
+
+
+def _child(settings: ServerSettings, worker: int) -> None:
+    """In the forked child: run one worker and never return into the parent's code."""
+    code = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        from ._app import run_worker
+
+        code = run_worker(settings, worker=worker, serve_metrics=False)
+    except BaseException as exc:
+        print(f"worker {worker} failed: {exc!r}", file=sys.stderr, flush=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class Supervisor:
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.children: dict[int, int] = {}  # pid -> worker index
+        self.stopping = False
+        self.exit_code = 0
+        self._restarts: list[float] = []
+        self._pending: list[int] = []
+
+    def _spawn(self, worker: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            _child(self.settings, worker)
+        self.children[pid] = worker
+        _say("worker_started", worker=worker, worker_pid=pid)
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self.stopping = True
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            worker = self.children.pop(pid, -1)
+            code = os.waitstatus_to_exitcode(status)
+            from ._metrics import mark_dead
+
+            mark_dead(pid)
+            _say("worker_exited", worker=worker, worker_pid=pid, code=code)
+            if self.stopping:
+                if code != 0:
+                    self.exit_code = 1
+                continue
+            if code == START_FAILED:
+                _say("worker_could_not_start", worker=worker)
+                self.exit_code = START_FAILED
+                self._stop_all()
+                continue
+            now = time.monotonic()
+            self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
+            if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
+                _say("workers_keep_dying", restarts=len(self._restarts))
+                self.exit_code = 1
+                self._stop_all()
+                continue
+            self._restarts.append(now)
+            self._pending.append(worker)
+
+    def _stop_all(self) -> None:
+        self.stopping = True
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._forward)
+        for worker in range(self.settings.workers):
+            self._spawn(worker)
+        if self.settings.metrics_port:
+            from ._metrics import serve_multiprocess
+
+            serve_multiprocess(self.settings.metrics_port, self.settings.host)
+        while self.children or (self._pending and not self.stopping):
+            self._reap()
+            if self._pending and not self.stopping:
+                time.sleep(0.5)  # a short backoff before a restart
+                for worker in self._pending:
+                    self._spawn(worker)
+                self._pending.clear()
+            time.sleep(0.05)
+        _say("supervisor_stopped", code=self.exit_code)
+        return self.exit_code
+
+
+def run_workers(settings: ServerSettings) -> int:
+    """Serve with settings.workers processes; returns the exit status."""
+    from ._metrics import MULTIPROC_ENV
+
+    multiproc_dir = None
+    if settings.metrics_port:
+        multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
+        os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
+    try:
+        return Supervisor(settings).run()
+    finally:
+        if multiproc_dir is not None:
+            shutil.rmtree(multiproc_dir, ignore_errors=True)

@@ -1,0 +1,92 @@
+"""Server settings: command-line flags over `NPU_RESOLVER_*` environment variables over defaults.
+
+The module constants are the values the deployment manifests rely on (ports, health service
+name, drain period); tests check that the manifests agree with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 50051
+DEFAULT_METRICS_PORT: Final = 9464
+"""The conventional metrics port; metrics are off unless --metrics-port is given."""
+DEFAULT_GRACE_SECONDS: Final = 20.0
+DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_CACHE_ENTRIES: Final = 4096
+DEFAULT_MAX_STRUCT_DEPTH: Final = 16
+"""JSON nesting levels in a config (protobuf itself stops near 30: every level is 3 messages)."""
+DEFAULT_MAX_STRUCT_KEYS: Final = 10_000
+HEALTH_SERVICE: Final = "npu.resolver.v1.Resolver"
+"""The gRPC service name; the standard health service reports it (and "") as SERVING."""
+PID_METADATA_KEY: Final = "x-npu-resolver-pid"
+"""Trailing metadata key carrying the pid of the worker process that answered."""
+ENV_PREFIX: Final = "NPU_RESOLVER_"
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class ServerSettings(BaseSettings):
+    """Everything the server reads at start; flags are passed as init arguments and win."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    host: str = DEFAULT_HOST
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    """0 picks a free port (single worker only)."""
+    workers: int = Field(default=1, ge=1, le=256)
+    policy: Path | None = None
+    """Policy file; watched and reloaded when it changes or on SIGHUP."""
+    policy_poll_seconds: float = Field(default=1.0, gt=0)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    """Prometheus metrics HTTP port; 0 = off."""
+    grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0)
+    """Drain period on SIGTERM/SIGINT: in-flight calls get this long to finish."""
+    max_message_bytes: int = Field(default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024)
+    max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    max_struct_depth: int = Field(default=DEFAULT_MAX_STRUCT_DEPTH, ge=1)
+    max_struct_keys: int = Field(default=DEFAULT_MAX_STRUCT_KEYS, ge=1)
+    """Total object keys across one request's config (and each batch item's)."""
+    cache_entries: int = Field(default=DEFAULT_CACHE_ENTRIES, ge=0)
+    """Answer cache size in replies; 0 disables the cache."""
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    """With a client CA, clients must present a certificate it signed (mutual TLS)."""
+    admin_token_file: Path | None = None
+    """File holding the bearer token admin calls (ReloadPolicy) must present."""
+    protect_resolve: bool = False
+    """When true, every call (not only admin ones) needs the bearer token."""
+    health_port: int = Field(default=0, ge=0, le=65535)
+    """Plaintext port serving only the health service (for probes when TLS is on); 0 = off."""
+    log_level: LogLevel = "INFO"
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+        if self.protect_resolve and self.admin_token_file is None:
+            raise ValueError("protecting resolve calls needs --admin-token-file")
+        if self.workers > 1 and self.port == 0:
+            raise ValueError("--workers above 1 needs a fixed --port (the workers share it)")
+        ports = [p for p in (self.port, self.metrics_port, self.health_port) if p]
+        if len(ports) != len(set(ports)):
+            raise ValueError("--port, --metrics-port and --health-port must differ")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
+def load_settings(**overrides: object) -> ServerSettings:
+    """Settings from the environment, with `overrides` (flags) winning; None means not given."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return ServerSettings(**given)  # type: ignore[arg-type]

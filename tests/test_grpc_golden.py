@@ -1,0 +1,71 @@
+"""The golden cases through a real server: the same answer as in process, to the byte.
+
+Cases with a policy get a server holding that policy (one server per distinct policy text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from npu_resolver import ResolveRequest, parse_policy, resolve
+from npu_resolver_client import ResolveError, ResolverClient
+from tests._server import ThreadServer
+from tests.conftest import golden_cases
+from tests.test_golden import check_expectation
+
+CASES = golden_cases()
+
+
+class _Servers:
+    def __init__(self) -> None:
+        self.servers: dict[str, ThreadServer] = {}
+        self.clients: dict[str, ResolverClient] = {}
+
+    def client(self, policy_text: str) -> ResolverClient:
+        if policy_text not in self.clients:
+            policy = parse_policy(policy_text, "golden.toml") if policy_text else None
+            server = ThreadServer(policy=policy).start()
+            self.servers[policy_text] = server
+            self.clients[policy_text] = ResolverClient(server.target)
+        return self.clients[policy_text]
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+        for server in self.servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[_Servers]:
+    pool = _Servers()
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_golden_through_the_server(servers: _Servers, case: dict[str, Any]) -> None:
+    policy_text = case.get("policy") or ""
+    request = ResolveRequest.from_json(case["request"])
+    policy = parse_policy(policy_text, "golden.toml") if policy_text else None
+    local = resolve(request, policy=policy)
+    client = servers.client(policy_text)
+    try:
+        remote = client.resolve_request(request)
+        assert local.ok or request.validate_only
+    except ResolveError as error:
+        assert not local.ok
+        assert error.resolution is not None
+        remote = error.resolution
+        assert {d.code for d in error.diagnostics} == {d.code for d in local.errors}
+    check_expectation(remote, case["expect"])
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )
+    assert list(remote.options) == list(local.options)
+    assert list(remote.provenance) == list(local.provenance)
+    assert list(remote.paths) == list(local.paths)

@@ -1,0 +1,110 @@
+"""The server's policy store: file watching (ConfigMap symlink swaps), SIGHUP, last good kept."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from npu_resolver import PolicyLayer
+from npu_resolver_client import ResolverClient
+from npu_resolver_server import PolicyStore
+from tests._server import ProcessServer
+
+
+class FakePolicy:
+    """The smallest PolicyLike: a version read from the file, no layers."""
+
+    def __init__(self, version: str) -> None:
+        self._version = version
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    def layer(self, profile: str, product: str) -> PolicyLayer | None:
+        return PolicyLayer(locked={}, defaults={}) if profile == "default" else None
+
+    def profile_names(self) -> tuple[str, ...]:
+        return ("default",)
+
+
+def fake_loader(path: Path) -> FakePolicy:
+    text = path.read_text().strip()
+    if not text.startswith("v"):
+        raise ValueError(f"{path}: line 1: expected a version, got {text[:20]!r}")
+    return FakePolicy(text)
+
+
+def _configmap(root: Path, name: str, content: str) -> None:
+    """Lay out a folder the way Kubernetes mounts a ConfigMap, and swap `..data` atomically."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "policy.toml").write_text(content)
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(name)
+    os.replace(tmp, root / "..data")
+    if not (root / "policy.toml").is_symlink():
+        (root / "policy.toml").symlink_to("..data/policy.toml")
+
+
+def test_configmap_swap_is_seen_and_bad_content_keeps_last_good(tmp_path: Path) -> None:
+    _configmap(tmp_path, "..2024_01", "v1")
+    changes: list[str] = []
+    store = PolicyStore(tmp_path / "policy.toml", loader=fake_loader)
+    store.add_listener(lambda s: changes.append(s.version))
+    store.load_initial()
+    assert store.version == "v1" and store.check_file() is None
+
+    _configmap(tmp_path, "..2024_02", "v2")
+    outcome = store.check_file()
+    assert outcome is not None and outcome.changed and store.version == "v2"
+
+    _configmap(tmp_path, "..2024_03", "garbage")
+    outcome = store.check_file()
+    assert outcome is not None and not outcome.changed and "line 1" in outcome.error
+    assert store.version == "v2"
+    status = store.status()
+    assert status.last_reload_error and status.refused_version and status.reload_failures == 1
+    assert "reload failed" in store.health_detail()
+    assert store.check_file() is None  # the same bad file is not retried every second
+
+    _configmap(tmp_path, "..2024_04", "v3")
+    assert store.check_file() is not None
+    assert store.version == "v3" and store.status().last_reload_error == ""
+    assert changes == ["v1", "v2", "v2", "v3"]
+
+
+async def test_watcher_task_reloads(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text("v1")
+    store = PolicyStore(policy_file, loader=fake_loader)
+    store.load_initial()
+    store.start_watching(0.02)
+    try:
+        policy_file.write_text("v22")  # a different size, whatever the clock's resolution
+        for _ in range(200):
+            if store.version == "v22":
+                break
+            await asyncio.sleep(0.01)
+        assert store.version == "v22"
+    finally:
+        await store.stop_watching()
+
+
+def test_sighup_reloads_and_a_bad_file_is_reported(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
+    with ProcessServer(["--policy", str(policy_file)]) as server:
+        with ResolverClient(server.target) as client:
+            good = client.get_policy().policy_version
+            assert good
+            policy_file.write_text("[profiles.default.defaults]\nno_such_option = 1\n")
+            server.signal(signal.SIGHUP)
+            server.wait_for("policy_reload_failed")
+            status = client.get_policy()
+            assert status.policy_version == good and "no_such_option" in status.last_reload_error
+            assert client.resolve("atlas-a2").policy_version == good
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0

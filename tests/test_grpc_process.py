@@ -1,0 +1,122 @@
+"""The server as a process: `python -m npu_resolver_server`, stopped by PID.
+
+Draining on SIGTERM, several workers on one port, metrics aggregated over workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from npu_resolver import ResolveRequest
+from npu_resolver_client import AsyncResolverClient, ResolverClient
+from npu_resolver_server import HEALTH_SERVICE
+from tests._server import ProcessServer, free_port
+
+GOOD = ResolveRequest(product="atlas-training", config={"hccl_timeout": 600})
+
+
+async def _burst(target: str, server: ProcessServer, calls: int) -> tuple[int, list[str]]:
+    """`calls` concurrent batch calls; SIGTERM once the server is busy answering them."""
+    batch = [
+        ResolveRequest(product="atlas-a2", config={"hccl_timeout": 100 + i}) for i in range(40)
+    ]
+    answered = 0
+    async with AsyncResolverClient(target, timeout=30) as client:
+        await client.resolve("atlas-a2")  # connected
+
+        async def one() -> str:
+            nonlocal answered
+            try:
+                results = await client.resolve_batch(batch)
+            except Exception as exc:
+                return f"{type(exc).__name__}: {exc}"
+            answered += 1
+            return "ok" if len(results) == len(batch) else "short"
+
+        tasks = [asyncio.ensure_future(one()) for _ in range(calls)]
+        while answered < 3:
+            await asyncio.sleep(0.002)
+        server.signal(signal.SIGTERM)
+        outcomes = await asyncio.gather(*tasks)
+    return answered, list(outcomes)
+
+
+def test_sigterm_during_a_burst_loses_no_call() -> None:
+    with ProcessServer(["--grace-seconds", "15"]) as server:
+        _answered, outcomes = asyncio.run(_burst(server.target, server, 60))
+        assert outcomes == ["ok"] * 60, [o for o in outcomes if o != "ok"][:3]
+        assert server.wait() == 0
+        assert server.events("draining") and server.events("stopped")
+    calls = server.events("rpc")
+    assert sum(1 for c in calls if c["method"] == "ResolveBatch") == 60
+    assert all("env" not in c and "config" not in c for c in calls)
+
+
+def test_health_watch_sees_not_serving_when_draining() -> None:
+    with ProcessServer(["--grace-seconds", "5"]) as server:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=10)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            server.signal(signal.SIGTERM)
+            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert server.wait() == 0
+
+
+def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text("[profiles.default.defaults]\nno_such_option = 1\n")
+    server = ProcessServer(["--policy", str(bad)])
+    with pytest.raises(AssertionError):
+        server.start()
+    assert server.wait() == 2
+    failed = server.events("start_failed")
+    assert failed and "no_such_option" in failed[0]["error"]
+
+
+def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
+    args = ["--workers", "2", "--metrics-port", str(metrics_port), "--policy", str(policy)]
+    with ProcessServer(args) as server:
+        server.wait_for("serving", 2)
+        pids: set[str] = set()
+        deadline = time.monotonic() + 20
+        calls = 0
+        while len(pids) < 2 and time.monotonic() < deadline:
+            # A new channel (connection) each time: the kernel spreads connections over workers.
+            with ResolverClient(server.target) as client:
+                assert client.resolve_request(GOOD).ok
+                pids.add(client.last_server_pid)
+                calls += 1
+        assert len(pids) == 2, "both workers answer"
+        workers = {str(e["pid"]) for e in server.events("serving")}
+        assert pids == workers
+
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        text = page.read().decode()
+        line = next(
+            line
+            for line in text.splitlines()
+            if line.startswith("npu_resolver_requests_total{")
+            and 'method="Resolve"' in line
+            and 'code="OK"' in line
+        )
+        assert float(line.rsplit(" ", 1)[1]) == calls
+        assert "npu_resolver_policy_info{" in text
+
+        supervisor = server.pid
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+        assert len(server.events("worker_exited")) == 2
+        assert all(e["code"] == 0 for e in server.events("worker_exited"))
+        assert supervisor == server.pid

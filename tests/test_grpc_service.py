@@ -1,0 +1,527 @@
+"""Every RPC through a real server on 127.0.0.1 (in a thread of this process), real channels."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool, message_factory
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+from grpc_status import rpc_status
+
+import npu_resolver
+from npu_resolver import Resolution, ResolveRequest, resolve
+from npu_resolver_client import (
+    AsyncResolverClient,
+    ResolveError,
+    ResolveFailure,
+    ResolverCallError,
+    ResolverClient,
+    ResolverUnavailable,
+    remote_resolve,
+)
+from npu_resolver_client._convert import request_to_proto
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
+from npu_resolver_server import HEALTH_SERVICE, ServerSettings
+from tests._server import ThreadServer, free_port, grpc_server, grpc_target  # noqa: F401
+from tests.test_grpc_wire import VARIED
+
+BAD = ResolveRequest(product="atlas-training", config={"hccl_timeout": 17341})
+GOOD = ResolveRequest(product="atlas-training", config={"hccl_timeout": 600})
+
+
+@pytest.fixture
+def client(grpc_target: str) -> Any:  # noqa: F811
+    with ResolverClient(grpc_target, timeout=10) as c:
+        yield c
+
+
+def _same(remote: Resolution, local: Resolution) -> None:
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )
+    assert list(remote.options) == list(local.options)
+
+
+# --------------------------------------------------------------------------- Resolve
+
+
+@pytest.mark.parametrize(("name", "request_"), VARIED, ids=[n for n, _ in VARIED])
+def test_resolve_equals_in_process(
+    client: ResolverClient, name: str, request_: ResolveRequest
+) -> None:
+    local = resolve(request_)
+    try:
+        remote = client.resolve_request(request_)
+    except ResolveError as error:
+        assert not local.ok
+        assert error.resolution is not None
+        remote = error.resolution
+    _same(remote, local)
+    assert remote_resolve(client.target, request_).to_json() == local.to_json()
+
+
+def test_resolve_out_of_range_is_invalid_argument_with_bad_request(grpc_target: str) -> None:  # noqa: F811
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Resolve(request_to_proto(BAD), timeout=10)
+    error: Any = info.value
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(error)
+    assert status is not None and len(status.details) == 2
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad)
+    assert [(v.field, v.reason) for v in bad.field_violations] == [
+        ("config.hccl_timeout", "OUT_OF_RANGE")
+    ]
+    response = pb.ResolveResponse()
+    assert status.details[1].Unpack(response)
+    assert not response.ok and response.product == "atlas-training"
+    assert "hccl_timeout" in error.details()
+
+
+def test_client_raises_one_error_type_with_the_report(client: ResolverClient) -> None:
+    with pytest.raises(ResolveError) as info:
+        client.resolve("atlas-training", {"hccl_timeout": 17341})
+    error = info.value
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [d.code.value for d in error.diagnostics] == ["OUT_OF_RANGE"]
+    assert error.violations[0].field == "config.hccl_timeout"
+    assert error.resolution is not None
+    _same(error.resolution, resolve(BAD))
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (ResolveRequest(product="atlas-9000"), "product"),
+        (ResolveRequest(product="atlas-a2", profile="gold"), "profile"),
+        (
+            ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": "soon"}),
+            "env.HCCL_EXEC_TIMEOUT",
+        ),
+        (ResolveRequest(product="atlas-a2", config={"precison_mode": 1}), "config.precison_mode"),
+    ],
+)
+def test_violation_fields(client: ResolverClient, request_: ResolveRequest, field: str) -> None:
+    with pytest.raises(ResolveError) as info:
+        client.resolve_request(request_)
+    assert field in [v.field for v in info.value.violations]
+
+
+def test_validate_only_returns_the_report_with_ok_status(client: ResolverClient) -> None:
+    report = client.resolve("atlas-training", {"hccl_timeout": 17341}, validate_only=True)
+    assert not report.ok
+    assert report.codes() == ["OUT_OF_RANGE"]
+
+
+def test_answers_carry_the_worker_pid(client: ResolverClient) -> None:
+    client.resolve("atlas-a2")
+    assert client.last_server_pid == str(os.getpid())
+    with pytest.raises(ResolveError):
+        client.resolve_request(BAD)
+    assert client.last_server_pid == str(os.getpid())
+
+
+def test_repeated_requests_hit_the_answer_cache(
+    client: ResolverClient,
+    grpc_server: ThreadServer,  # noqa: F811
+) -> None:
+    cache = grpc_server.built.service.cache
+    request_ = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 1234})
+    first = client.resolve_request(request_)
+    hits = cache.hits
+    assert client.resolve_request(request_) == first
+    assert cache.hits == hits + 1
+    for _ in range(2):
+        with pytest.raises(ResolveError) as info:
+            client.resolve_request(BAD)
+        assert info.value.resolution is not None
+
+
+# --------------------------------------------------------------------------- the other RPCs
+
+
+def test_batch_mixed_items(client: ResolverClient) -> None:
+    requests = [GOOD, BAD, ResolveRequest(product="nope"), GOOD, replace_validate(BAD)]
+    results = client.resolve_batch(requests)
+    assert len(results) == 5
+    assert isinstance(results[0], Resolution) and results[0].ok
+    assert isinstance(results[1], ResolveFailure)
+    assert results[1].code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in results[1].violations] == ["config.hccl_timeout"]
+    assert results[1].resolution is not None
+    _same(results[1].resolution, resolve(BAD))
+    assert isinstance(results[1].error(), ResolveError)
+    assert isinstance(results[2], ResolveFailure) and results[2].violations[0].field == "product"
+    assert results[3] == results[0]
+    assert isinstance(results[4], Resolution) and not results[4].ok
+    assert client.resolve_batch([]) == []
+
+
+def replace_validate(request_: ResolveRequest) -> ResolveRequest:
+    from dataclasses import replace
+
+    return replace(request_, validate_only=True)
+
+
+def test_batch_item_out_of_limits_fails_alone(client: ResolverClient) -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(20):
+        node["a"] = {}
+        node = node["a"]
+    results = client.resolve_batch([ResolveRequest("atlas-a2", {"dump_config": deep}), GOOD])
+    assert isinstance(results[0], ResolveFailure) and results[0].resolution is None
+    assert "nested deeper" in results[0].message
+    assert isinstance(results[1], Resolution)
+
+
+def test_diff(client: ResolverClient) -> None:
+    request_ = ResolveRequest(
+        product="", config={"hccl_timeout": 600, "precision_mode": "force_fp16"}
+    )
+    products = ["atlas-a2", "atlas-training", "Atlas 300I Duo"]
+    remote = client.diff(request_, products)
+    local = npu_resolver.diff(request_, products)
+    assert remote.products == local.products
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )
+    assert "hccl_timeout" in [row.option for row in remote.differing]
+
+
+@pytest.mark.parametrize("products", [["atlas-a2"], ["atlas-a2", "atlas-9000"]])
+def test_diff_refuses_bad_product_lists(client: ResolverClient, products: list[str]) -> None:
+    with pytest.raises(ResolveError) as info:
+        client.diff(ResolveRequest(product=""), products)
+    assert info.value.resolution is None
+    assert info.value.violations[0].field.startswith("products")
+
+
+def test_list_products_and_catalog(client: ResolverClient) -> None:
+    assert client.list_products() == npu_resolver.list_products()
+    assert json.dumps(client.describe_catalog(), sort_keys=True) == json.dumps(
+        npu_resolver.describe_catalog(), sort_keys=True
+    )
+    one = client.describe_catalog("Atlas A2")
+    assert [p["id"] for p in one["products"]] == ["atlas-a2"]
+    with pytest.raises(ResolveError):
+        client.describe_catalog("atlas-9000")
+
+
+def test_get_policy_without_policy(client: ResolverClient) -> None:
+    info = client.get_policy()
+    assert info.policy_version == "" and info.source == "" and info.last_reload_error == ""
+    with pytest.raises(ResolverCallError) as error:
+        client.reload_policy()
+    assert error.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_async_client(grpc_target: str) -> None:  # noqa: F811
+    async with AsyncResolverClient(grpc_target) as client:
+        good = [r for _, r in VARIED if resolve(r).ok]
+        results = await asyncio.gather(*(client.resolve_request(r) for r in good))
+        assert [r.to_json() for r in results] == [resolve(r).to_json() for r in good]
+        with pytest.raises(ResolveError) as info:
+            await client.resolve_request(BAD)
+        assert info.value.violations[0].reason == "OUT_OF_RANGE"
+        assert client.last_server_pid == str(os.getpid())
+        batch = await client.resolve_batch([GOOD, BAD])
+        assert isinstance(batch[1], ResolveFailure)
+        assert (await client.list_products())[0].id == "atlas-350"
+        assert (await client.describe_catalog())["catalog_version"] == "900"
+        assert (await client.diff(GOOD, ["atlas-a2", "atlas-a3"])).products == (
+            "atlas-a2",
+            "atlas-a3",
+        )
+        assert (await client.get_policy()).policy_version == ""
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def _raw_call(target: str, method: str, payload: bytes, timeout: float = 10) -> grpc.RpcError:
+    with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", -1)]) as ch:
+        call = ch.unary_unary(f"/npu.resolver.v1.Resolver/{method}")
+        with pytest.raises(grpc.RpcError) as info:
+            call(payload, timeout=timeout)
+    return info.value
+
+
+@pytest.mark.parametrize("method", ["Resolve", "ResolveBatch", "Diff", "DescribeCatalog"])
+def test_malformed_bytes_are_invalid_argument(grpc_target: str, method: str) -> None:  # noqa: F811
+    error: Any = _raw_call(grpc_target, method, b"\xff\xff\xff\xff")
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid" in error.details()
+
+
+def test_invalid_utf8_is_invalid_argument(grpc_target: str) -> None:  # noqa: F811
+    raw = pb.ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": "ok"}).SerializeToString()
+    error: Any = _raw_call(grpc_target, "Resolve", raw.replace(b"ok", b"\xc3\x28"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "UTF-8" in error.details()
+
+
+def test_nesting_and_width_limits(grpc_target: str) -> None:  # noqa: F811
+    from npu_resolver_server._servicer import _field
+
+    # 1,000 nested lists, written by hand: protobuf itself refuses to build such a message.
+    value = _field(3, b"x")  # Value.string_value
+    for _ in range(1000):
+        value = _field(6, _field(1, value))  # Value.list_value -> ListValue.values
+    entry = _field(1, b"dump_config") + _field(2, value)  # Struct.fields map entry
+    raw = _field(1, b"atlas-a2") + _field(2, _field(1, entry))  # product, config
+    error: Any = _raw_call(grpc_target, "Resolve", raw)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+    wide = pb.ResolveRequest(product="atlas-a2")
+    wide.config.update({f"k{i}": i for i in range(100_000)})
+    error = _raw_call(grpc_target, "Resolve", wide.SerializeToString())
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "keys" in error.details()
+
+
+def test_oversize_request_is_resource_exhausted(grpc_target: str) -> None:  # noqa: F811
+    big = {"op_debug_config": "x" * (5 * 1024 * 1024)}
+    with (
+        ResolverClient(grpc_target, max_message_bytes=64 * 1024 * 1024) as client,
+        pytest.raises(ResolverCallError) as info,
+    ):
+        client.resolve("atlas-a2", attachments=big)
+    assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_tiny_deadline_is_deadline_exceeded(client: ResolverClient) -> None:
+    requests = [GOOD] * 2000
+    with pytest.raises(ResolverUnavailable) as info:
+        client.resolve_batch(requests, timeout=0.001)
+    assert info.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert client.resolve("atlas-a2").ok  # the server is unharmed
+
+
+def test_unreachable_server_is_resolver_unavailable() -> None:
+    with (
+        ResolverClient(f"127.0.0.1:{free_port()}", timeout=5) as client,
+        pytest.raises(ResolverUnavailable) as info,
+    ):
+        client.resolve("atlas-a2")
+    assert info.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+# --------------------------------------------------------------------------- health, reflection
+
+
+def test_health_serving(grpc_target: str) -> None:  # noqa: F811
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for name in ("", HEALTH_SERVICE):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_not_serving_during_drain() -> None:
+    with (
+        ThreadServer(ServerSettings(port=0, grace_seconds=2)) as server,
+        grpc.insecure_channel(server.target) as channel,
+    ):
+        stub = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        server.run(server.built.health.enter_graceful_shutdown())
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch.cancel()
+
+
+def test_reflection_only_client_lists_and_calls_resolve(grpc_target: str) -> None:  # noqa: F811
+    with grpc.insecure_channel(grpc_target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        services = set(database.get_services())
+        assert {HEALTH_SERVICE, "grpc.health.v1.Health"} <= services
+        pool = descriptor_pool.DescriptorPool(database)
+        service = pool.FindServiceByName(HEALTH_SERVICE)
+        method = service.methods_by_name["Resolve"]
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        request_: Any = request_class(product="Atlas A2")
+        request_.config.update({"hccl_timeout": 600})
+        call = channel.unary_unary(
+            f"/{HEALTH_SERVICE}/Resolve",
+            request_serializer=request_class.SerializeToString,
+            response_deserializer=response_class.FromString,
+        )
+        reply = call(request_, timeout=10)
+    assert reply.ok and reply.product == "atlas-a2"
+    assert reply.options["hccl_timeout"] == 600
+
+
+# --------------------------------------------------------------------------- policy, auth, TLS
+
+
+POLICY_A = """
+[profiles.default.defaults]
+op_debug_level = 0
+"""
+POLICY_B = """
+[profiles.default.defaults]
+op_debug_level = 0
+
+[profiles.gold.defaults]
+op_debug_level = 0
+"""
+
+
+def test_policy_reload_keeps_last_good(tmp_path: Path) -> None:
+    from npu_resolver_server import PolicyStore
+
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(POLICY_A)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    store = PolicyStore(policy_file)
+    store.load_initial()
+    settings = ServerSettings(port=0, policy=policy_file, admin_token_file=token_file)
+    with ThreadServer(settings, store=store) as server, ResolverClient(server.target) as client:
+        first = client.get_policy()
+        assert first.policy_version and first.source == str(policy_file)
+        assert first.profiles == ("default",)
+        assert client.resolve("atlas-a2").policy_version == first.policy_version
+
+        with pytest.raises(ResolverCallError) as info:
+            client.reload_policy()
+        assert info.value.code is grpc.StatusCode.UNAUTHENTICATED
+
+        policy_file.write_text("this is [not toml")
+        with (
+            ResolverClient(server.target, token="wrong") as bad_admin,
+            pytest.raises(ResolverCallError),
+        ):
+            bad_admin.reload_policy()
+        with ResolverClient(server.target, token="s3cret") as admin:
+            outcome = admin.reload_policy()
+        assert not outcome.changed and outcome.error
+        status = client.get_policy()
+        assert status.policy_version == first.policy_version
+        assert status.last_reload_error and status.refused_version
+        assert status.reload_failures == 1
+        assert client.resolve("atlas-a2").ok
+
+        policy_file.write_text(POLICY_B)
+        assert store.check_file() is not None  # what the watcher does every second
+        status = client.get_policy()
+        assert status.policy_version != first.policy_version
+        assert status.profiles == ("default", "gold") and not status.last_reload_error
+        assert client.resolve("atlas-a2", profile="gold").ok
+
+
+def test_resolve_token_protection(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0k")
+    settings = ServerSettings(port=0, admin_token_file=token_file, protect_resolve=True)
+    with ThreadServer(settings) as server:
+        with ResolverClient(server.target) as client, pytest.raises(ResolverCallError) as info:
+            client.resolve("atlas-a2")
+        assert info.value.code is grpc.StatusCode.UNAUTHENTICATED
+        with ResolverClient(server.target, token="t0k") as client:
+            assert client.resolve("atlas-a2").ok
+        with grpc.insecure_channel(server.target) as channel:  # probes need no token
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=5
+            )
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import trustme
+
+    folder = tmp_path_factory.mktemp("certs")
+    ca, other_ca = trustme.CA(), trustme.CA()
+    server_cert = ca.issue_cert("localhost", "127.0.0.1")
+    client_cert = ca.issue_cert("launcher@example.test")
+    paths = {
+        "ca": folder / "ca.pem",
+        "other_ca": folder / "other.pem",
+        "cert": folder / "server.pem",
+        "key": folder / "server.key",
+        "client_cert": folder / "client.pem",
+        "client_key": folder / "client.key",
+    }
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    other_ca.cert_pem.write_to_path(str(paths["other_ca"]))
+    server_cert.private_key_pem.write_to_path(str(paths["key"]))
+    paths["cert"].write_bytes(b"".join(b.bytes() for b in server_cert.cert_chain_pems))
+    client_cert.private_key_pem.write_to_path(str(paths["client_key"]))
+    paths["client_cert"].write_bytes(b"".join(b.bytes() for b in client_cert.cert_chain_pems))
+    return paths
+
+
+def test_tls(certs: dict[str, Path]) -> None:
+    settings = ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])
+    with ThreadServer(settings) as server:
+        target = f"localhost:{server.port}"
+        with ResolverClient(target, root_certificates=certs["ca"]) as client:
+            assert client.resolve("atlas-a2").ok
+        with (
+            ResolverClient(target, root_certificates=certs["other_ca"], timeout=3) as client,
+            pytest.raises(ResolverUnavailable),
+        ):
+            client.resolve("atlas-a2")
+
+
+def test_mutual_tls(certs: dict[str, Path]) -> None:
+    settings = ServerSettings(
+        port=0, tls_cert=certs["cert"], tls_key=certs["key"], tls_client_ca=certs["ca"]
+    )
+    with ThreadServer(settings) as server:
+        target = f"localhost:{server.port}"
+        with ResolverClient(
+            target,
+            root_certificates=certs["ca"],
+            private_key=certs["client_key"],
+            certificate_chain=certs["client_cert"],
+        ) as client:
+            assert client.resolve("atlas-a2").ok
+        with (
+            ResolverClient(target, root_certificates=certs["ca"], timeout=3) as client,
+            pytest.raises(ResolverUnavailable),
+        ):
+            client.resolve("atlas-a2")
+
+
+def test_metrics_count_calls() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    registry = CollectorRegistry()
+    with ThreadServer(metrics=Metrics(registry)) as server, ResolverClient(server.target) as client:
+        client.resolve("atlas-a2")
+        with pytest.raises(ResolveError):
+            client.resolve_request(BAD)
+        value = registry.get_sample_value
+        assert value("npu_resolver_requests_total", {"method": "Resolve", "code": "OK"}) == 1
+        assert (
+            value("npu_resolver_requests_total", {"method": "Resolve", "code": "INVALID_ARGUMENT"})
+            == 1
+        )
+        assert (
+            value(
+                "npu_resolver_diagnostics_total",
+                {"code": "OUT_OF_RANGE", "product": "atlas-training"},
+            )
+            == 1
+        )
+        assert value("npu_resolver_request_latency_seconds_count", {"method": "Resolve"}) == 2
+        assert value("npu_resolver_policy_info", {"version": ""}) == 1

@@ -1,0 +1,241 @@
+"""The wire format: generated code is current, and the proto3 JSON mapping is the CLI's JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import npu_resolver
+from npu_resolver import ResolveRequest, parse_policy, resolve
+from npu_resolver_client._convert import (
+    LimitError,
+    catalog_from_proto,
+    catalog_to_proto,
+    checked_struct_to_py,
+    message_to_cli_json,
+    request_from_proto,
+    request_to_proto,
+    resolution_from_proto,
+    resolution_to_proto,
+    restore_callers_values,
+)
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from tests.conftest import golden_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+POLICY = """
+[profiles.default.defaults]
+op_debug_level = 0
+
+[profiles.default.locked]
+enable_exception_dump = 1
+"""
+
+VARIED: list[tuple[str, ResolveRequest]] = [
+    ("empty", ResolveRequest(product="atlas-a2")),
+    ("alias", ResolveRequest(product="Ascend910B3", workdir="/job")),
+    ("out_of_range", ResolveRequest(product="atlas-training", config={"hccl_timeout": 17341})),
+    ("rounded", ResolveRequest(product="atlas-training", config={"hccl_timeout": 600})),
+    ("normalized", ResolveRequest(product="atlas-a2", config={"hccl_timeout": "600"})),
+    ("unknown_product", ResolveRequest(product="atlas-9000")),
+    ("unknown_option", ResolveRequest(product="atlas-a2", config={"precison_mode": "x"})),
+    ("unknown_profile", ResolveRequest(product="atlas-a2", profile="nope")),
+    ("env", ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": "900", "X": "y"})),
+    ("bad_env", ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": "soon"})),
+    ("inference", ResolveRequest(product="atlas-300i-duo", config={"graph_run_mode": 0})),
+    ("strict", ResolveRequest(product="atlas-a2", config={"input_batch_cpy": True}, strict=True)),
+    (
+        "nested",
+        ResolveRequest(
+            product="atlas-a2",
+            config={"hccl_timeout": 1.5, "op_debug_config": {"a": [1, None, {"b": False}]}},
+        ),
+    ),
+    ("null", ResolveRequest(product="atlas-a2", config={"precision_mode": None})),
+]
+
+
+def _norm(data: Any) -> Any:
+    """JSON with integral floats as ints, keeping bools apart (True != 1 here)."""
+    if isinstance(data, dict):
+        return {k: _norm(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_norm(v) for v in data]
+    if isinstance(data, float) and data.is_integer():
+        return int(data)
+    return data
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(_norm(data), sort_keys=True)
+
+
+def _all_results() -> list[tuple[str, ResolveRequest, npu_resolver.Resolution]]:
+    policy = parse_policy(POLICY, "test.toml")
+    out = [(name, req, resolve(req)) for name, req in VARIED]
+    out += [(f"{name}+policy", req, resolve(req, policy=policy)) for name, req in VARIED[:6]]
+    for case in golden_cases():
+        pol = parse_policy(case["policy"], "golden.toml") if case.get("policy") else None
+        req = ResolveRequest.from_json(case["request"])
+        out.append((case["name"], req, resolve(req, policy=pol)))
+    return out
+
+
+RESULTS = _all_results()
+
+
+def test_varied_results_cover_every_source_and_severity() -> None:
+    sources = {p.source for _, _, r in RESULTS for p in r.provenance.values()}
+    severities = {d.severity for _, _, r in RESULTS for d in r.diagnostics}
+    assert severities == set(npu_resolver.Severity)
+    assert {
+        npu_resolver.Source.USER,
+        npu_resolver.Source.ENV,
+        npu_resolver.Source.DERIVED,
+    } <= sources
+    assert any(p.has_requested for _, _, r in RESULTS for p in r.provenance.values())
+    assert any(not r.ok for _, _, r in RESULTS) and any(r.ok for _, _, r in RESULTS)
+
+
+IDS = [n[:60] for n, _, _ in RESULTS]
+
+
+@pytest.mark.parametrize(("name", "request_", "result"), RESULTS, ids=IDS)
+def test_json_mapping_equals_cli_json(
+    name: str, request_: ResolveRequest, result: npu_resolver.Resolution
+) -> None:
+    message = resolution_to_proto(result)
+    wire = pb.ResolveResponse.FromString(message.SerializeToString())
+    assert _dump(message_to_cli_json(wire)) == _dump(result.to_json())
+
+
+@pytest.mark.parametrize(("name", "request_", "result"), RESULTS, ids=IDS)
+def test_round_trip_is_exact(
+    name: str, request_: ResolveRequest, result: npu_resolver.Resolution
+) -> None:
+    wire = pb.ResolveResponse.FromString(resolution_to_proto(result).SerializeToString())
+    back = restore_callers_values(resolution_from_proto(wire), request_)
+    # Exact: the same JSON text, so the same Python types (an int stays an int, a float a
+    # float, a bool a bool) and the same order of keys.
+    assert json.dumps(back.to_json()) == json.dumps(result.to_json())
+    assert back == result
+
+
+def test_enum_names_follow_buf_and_core() -> None:
+    assert pb.Severity.Name(pb.SEVERITY_UNSPECIFIED) == "SEVERITY_UNSPECIFIED"
+    assert pb.Source.Name(pb.SOURCE_UNSPECIFIED) == "SOURCE_UNSPECIFIED"
+    assert int(pb.SEVERITY_UNSPECIFIED) == int(pb.SOURCE_UNSPECIFIED) == 0
+    assert {n.removeprefix("SEVERITY_") for n in pb.Severity.keys()[1:]} == {
+        s.value for s in npu_resolver.Severity
+    }
+    assert {n.removeprefix("SOURCE_") for n in pb.Source.keys()[1:]} == {
+        s.value for s in npu_resolver.Source
+    }
+
+
+def test_requested_absent_unless_set() -> None:
+    data = message_to_cli_json(resolution_to_proto(resolve(ResolveRequest(product="atlas-a2"))))
+    assert all("requested" not in p for p in data["provenance"].values())
+
+
+@pytest.mark.parametrize(("name", "request_"), VARIED, ids=[n for n, _ in VARIED])
+def test_request_round_trip(name: str, request_: ResolveRequest) -> None:
+    wire = pb.ResolveRequest.FromString(request_to_proto(request_).SerializeToString())
+    back = request_from_proto(wire, max_depth=32, max_keys=1000)
+    assert back == request_
+    assert json.dumps(back.to_json(), sort_keys=True) == json.dumps(
+        request_.to_json(), sort_keys=True
+    )
+    as_struct = request_to_proto(request_, as_struct=True).SerializeToString()
+    back = request_from_proto(pb.ResolveRequest.FromString(as_struct), max_depth=32, max_keys=1000)
+    assert json.dumps(back.to_json(), sort_keys=True) == _dump(request_.to_json())
+
+
+def test_config_json_keeps_integral_floats() -> None:
+    request_ = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 600.0})
+    back = request_from_proto(request_to_proto(request_), max_depth=8, max_keys=100)
+    assert type(back.config["hccl_timeout"]) is float
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1]", "must be a JSON object"),
+        ("{", "not valid JSON"),
+        ('{"a": NaN}', "not a JSON number"),
+        ('{"a": ' + "[" * 50 + "]" * 50 + "}", "nested deeper"),
+        ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nested deeper"),
+        ("{" + ",".join(f'"k{i}": {i}' for i in range(200)) + "}", "more than 100 keys"),
+    ],
+)
+def test_config_json_limits(text: str, message: str) -> None:
+    wire = pb.ResolveRequest(product="atlas-a2", config_json=text)
+    with pytest.raises(LimitError, match=message):
+        request_from_proto(wire, max_depth=16, max_keys=100)
+
+
+def test_config_and_config_json_are_exclusive() -> None:
+    wire = pb.ResolveRequest(product="atlas-a2", config_json='{"a": 1}')
+    wire.config["b"] = 1
+    with pytest.raises(LimitError, match="not both"):
+        request_from_proto(wire, max_depth=16, max_keys=100)
+
+
+def test_struct_limits() -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(20):
+        node["a"] = {}
+        node = node["a"]
+    message = request_to_proto(
+        ResolveRequest(product="atlas-a2", config={"x": deep}), as_struct=True
+    )
+    with pytest.raises(LimitError, match="nested deeper"):
+        checked_struct_to_py(message.config, "config", max_depth=16, max_keys=1000)
+    wide = request_to_proto(
+        ResolveRequest(product="atlas-a2", config={"x": {str(i): i for i in range(2000)}}),
+        as_struct=True,
+    )
+    with pytest.raises(LimitError, match="more than 1000 keys"):
+        checked_struct_to_py(wide.config, "config", max_depth=32, max_keys=1000)
+    nan = pb.ResolveRequest()
+    nan.config["x"] = float("nan")
+    with pytest.raises(LimitError, match="not a JSON number"):
+        checked_struct_to_py(nan.config, "config", max_depth=32, max_keys=1000)
+
+
+@pytest.mark.parametrize("product", [None, "atlas-a2"])
+def test_catalog_mapping_equals_core_dict(product: str | None) -> None:
+    data = npu_resolver.describe_catalog(product)
+    message = pb.DescribeCatalogResponse.FromString(catalog_to_proto(data).SerializeToString())
+    assert _dump(message_to_cli_json(message)) == _dump(data)
+    assert _dump(catalog_from_proto(message)) == _dump(data)
+
+
+def _gen_module() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "scripts" / "gen_proto.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_proto"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_code_is_current() -> None:
+    stale = _gen_module().stale()
+    assert not stale, f"generated code is stale; run `make proto` ({stale})"
+
+
+def test_generated_code_imports_no_top_level_npu_package() -> None:
+    folder = ROOT / "client" / "npu_resolver_client" / "_proto"
+    for path in folder.rglob("*.py*"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("import npu", "from npu ", "from npu.")):
+                pytest.fail(f"{path.name}: {line}")
