@@ -40,6 +40,19 @@ class OptionView:
     """The Python type a value arrives in when no conversion is needed."""
     plain: bool
     """No alias table and no format check: a value of `pytype` needs only choices and range."""
+    fast_choices: frozenset[JSON] | None
+    user_rules: tuple[str, ...]
+    """Provenance rules of a value the caller set (the defining rule)."""
+
+    def accepts_as_is(self, raw: JSON) -> bool:
+        """True when `raw` is valid exactly as given: the common case, checked cheaply."""
+        if not self.plain or type(raw) is not self.pytype:
+            return False
+        choices = self.fast_choices
+        if choices is not None and raw not in choices:
+            return False
+        rng = self.range
+        return rng is None or rng.contains(raw)
 
     @property
     def acts(self) -> bool:
@@ -86,6 +99,8 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         blocked_values=blocked,
         pytype=_PYTYPES.get(option.type),
         plain=not option.aliases and option.validator is None,
+        fast_choices=frozenset(option.choices) if option.choices else None,
+        user_rules=(option.rule,),
     )
 
 

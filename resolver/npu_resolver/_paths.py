@@ -15,6 +15,10 @@ WORKDIR = "<workdir>"
 
 
 def _join(*parts: str) -> str:
+    """posixpath.join: a later absolute part starts over; cheap for the common two parts."""
+    if len(parts) == 2 and not parts[1].startswith("/"):
+        head = parts[0]
+        return f"{head}{parts[1]}" if head.endswith("/") else f"{head}/{parts[1]}"
     return posixpath.join(*parts)
 
 

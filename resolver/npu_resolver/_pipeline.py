@@ -38,6 +38,7 @@ from ._values import Parsed, Problem, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
 _ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
+_UNSET: Final = unset()
 DEFAULT_PROFILE: Final = "default"
 _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
 _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULTS)
@@ -52,9 +53,10 @@ _MAX_FRAGMENTS: Final = 4096
 
 def _fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
-    if isinstance(value, dict | list):
+    kind = type(value)
+    if kind is dict or kind is list:
         return f"{json.dumps(name)}:{_canonical(value)}"
-    key = (name, type(value), value)
+    key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
         text = f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
@@ -139,9 +141,18 @@ def _read_config(
             f"and at most {MAX_CONFIG_KEYS} keys are read. Send only NPURunConfig options.",
         )
         return explicit
-    for name in sorted(request.config, key=str):
+    views = state.view
+    try:
+        names = sorted(request.config)
+    except TypeError:  # keys that are not all strings: still a structured answer
+        names = sorted(request.config, key=str)
+    for name in names:
         raw = request.config[name]
-        if name not in catalog:
+        view = views.get(name)
+        if view is not None and view.accepts_as_is(raw):
+            explicit[name] = (raw, raw)
+            continue
+        if view is None:
             suggestion = catalog.suggest(str(name))
             hint = (
                 f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
@@ -154,7 +165,6 @@ def _read_config(
                 suggestion,
             )
             continue
-        view = state.view[name]
         if raw is None:
             state.emit(
                 Code.NORMALIZED,
@@ -368,8 +378,23 @@ def _precedence(
     """Step 5: only options someone set are looked at; the rest keep the shared defaults."""
     touched = {*explicit, *env_values, *layer.locked, *layer.defaults, *state.refused}
     state.touched = sorted(touched, key=base.order.__getitem__)
+    views, slots, undocumented = state.view, state.slots, state.undocumented
+    locked, defaults = layer.locked, layer.defaults
     for name in state.touched:
-        slot = _slot(state, state.view[name], explicit.get(name), env_values.get(name), layer)
+        given = explicit.get(name)
+        if (  # the common case: a caller's value, and nothing else about this option
+            given is not None
+            and name not in env_values
+            and name not in locked
+            and name not in defaults
+        ):
+            value, raw = given
+            requested = _UNSET if value is raw or _same(value, raw) else raw
+            slots[name] = Slot(value, Source.USER, views[name].user_rules, requested)
+            if undocumented:
+                undocumented.pop(name, None)
+            continue
+        slot = _slot(state, views[name], given, env_values.get(name), layer)
         if slot is not None:
             state.slots[name] = slot
             state.undocumented.pop(name, None)
