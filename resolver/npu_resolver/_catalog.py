@@ -52,7 +52,7 @@ class OptionView:
         if choices is not None and raw not in choices:
             return False
         rng = self.range
-        return rng is None or rng.contains(raw)
+        return rng is None or (type(raw) is int and rng.contains(raw))
 
     @property
     def acts(self) -> bool:
