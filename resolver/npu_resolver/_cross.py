@@ -13,7 +13,7 @@ from typing import Final
 
 from ._model import Code, Source
 from ._products import Family
-from ._schema import Mode
+from ._schema import Mode, Option
 from ._state import State
 from ._values import show
 
@@ -367,32 +367,37 @@ def debug_level_on_350(state: State) -> None:
         )
 
 
+def _warn_set_options(
+    state: State, flagged: Callable[[Option], str | None], code: Code, text: str
+) -> None:
+    """One warning per option a caller or the policy set whose catalog entry is flagged.
+
+    `flagged` gives the rule id to cite, or None when the option is not flagged.
+    """
+    for name in state.touched:
+        rule = flagged(state.view[name].option)
+        if rule is not None and state.is_set(name):
+            state.emit(code, name, rule, f"{name} {text}")
+
+
 def experimental_warning(state: State) -> None:
     """R-EXP-2: experimental options may change and are not for commercial products."""
-    for name in state.touched:
-        option = state.view[name].option
-        if option.experimental and state.is_set(name):
-            state.emit(
-                Code.EXPERIMENTAL,
-                name,
-                EXPERIMENTAL_RULE,
-                f"{name} is experimental: it may change in later versions and is not for "
-                "commercial products.",
-            )
+    _warn_set_options(
+        state,
+        lambda option: EXPERIMENTAL_RULE if option.experimental else None,
+        Code.EXPERIMENTAL,
+        "is experimental: it may change in later versions and is not for commercial products.",
+    )
 
 
 def deprecated_warning(state: State) -> None:
     """The 'to be removed' options still apply, with a warning when a caller sets them."""
-    for name in state.touched:
-        option = state.view[name].option
-        if option.deprecated and state.is_set(name):
-            state.emit(
-                Code.DEPRECATED,
-                name,
-                option.rule,
-                f"{name} will be removed in a later version; it still applies now, "
-                "plan to stop using it.",
-            )
+    _warn_set_options(
+        state,
+        lambda option: option.rule if option.deprecated else None,
+        Code.DEPRECATED,
+        "will be removed in a later version; it still applies now, plan to stop using it.",
+    )
 
 
 CROSS_RULES: Final[tuple[CrossRule, ...]] = (
