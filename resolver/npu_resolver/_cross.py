@@ -83,6 +83,19 @@ def inference_small_channel(state: State) -> None:
         )
 
 
+def small_channel_in_training(state: State) -> None:
+    """R-ESC-1: the source advises against enabling enable_small_channel in training."""
+    name = "enable_small_channel"
+    if state.mode is Mode.TRAINING and state.value(name) == 1 and state.is_set(name):
+        state.emit(
+            Code.ADVICE,
+            name,
+            "R-ESC-1",
+            "enable_small_channel 1 is not recommended in training (it helps only ResNet50, "
+            "ResNet101 and ResNet152 and may slow other networks); set 0 unless measured.",
+        )
+
+
 def debug_level_disables_cache(state: State) -> None:
     """R-OCC-2: op_debug_level other than 0 turns the operator compile cache off."""
     level = state.value("op_debug_level")
@@ -420,6 +433,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-AMP-1", Stage.CROSS, multistream_static_only),
     CrossRule("R-ACN-2", Stage.CROSS, aicore_num_with_prebuilt),
     CrossRule("R-SST-2", Stage.CROSS, stream_sync_above_hccl),
+    CrossRule("R-ESC-1", Stage.CROSS, small_channel_in_training),
     CrossRule("R-DEP-3", Stage.CROSS, debug_level_on_350),
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
     CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
