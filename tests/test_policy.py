@@ -159,3 +159,15 @@ def test_load_policy_reports_unreadable_and_non_utf8(tmp_path: Path) -> None:
     bad.write_bytes(b"[profiles.default.defaults]\n# \xe9\n")
     with pytest.raises(PolicyError, match="not UTF-8"):
         load_policy(bad)
+
+
+def test_empty_policy_is_refused() -> None:
+    assert "defines no profile" in refused("# nothing here\n")
+
+
+def test_policy_without_default_profile_leaves_unprofiled_requests_alone() -> None:
+    policy = parse_policy("[profiles.gold.defaults]\nhccl_timeout = 7\n", "p.toml")
+    plain = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
+    assert plain.ok and plain.options["hccl_timeout"] == 1836
+    gold = resolve(ResolveRequest(product="atlas-a2", profile="gold"), policy=policy)
+    assert gold.options["hccl_timeout"] == 7

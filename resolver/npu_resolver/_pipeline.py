@@ -525,6 +525,8 @@ def resolve(
     layer: PolicyLayer | None = _EMPTY_LAYER
     if policy is not None:
         layer = policy.layer(profile, pid)
+        if layer is None and profile == DEFAULT_PROFILE:
+            layer = _EMPTY_LAYER  # a policy need not define the default profile
     elif profile != DEFAULT_PROFILE:
         layer = None
     if layer is None:

@@ -233,6 +233,8 @@ def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(source, [f"invalid TOML: {exc}"]) from None
     profiles, problems = _read_tables(data, catalog)
+    if not profiles and not problems:
+        problems.append("the policy defines no profile (an empty or truncated file?)")
     if problems:
         raise PolicyError(source, problems)
     policy = Policy(profiles, source, catalog)
