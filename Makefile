@@ -20,8 +20,8 @@ run: $(STAMP)
 	@exec $(BIN)/npu-resolve serve --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check resolver server client tests scripts
-	$(BIN)/ruff format --check resolver server client tests scripts
+	$(BIN)/ruff check resolver server client tests scripts benchmarks
+	$(BIN)/ruff format --check resolver server client tests scripts benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -153,7 +153,7 @@ def apply_content_rules(
     state: State, attachments: Mapping[str, str], given: Collection[str]
 ) -> None:
     """Parse each attachment and apply its rules; `given` are the options the caller set."""
-    for option in attachments:
+    for option in sorted(attachments):  # a map on the wire keeps no order
         if option not in CONTENT_RULES:
             state.emit(
                 Code.INVALID_VALUE,

@@ -1,0 +1,319 @@
+"""Fuzz at the core and at the wire: any input gets a structured answer, never a crash.
+
+tests/test_properties.py already fuzzes the core with small configs and no attachments; these
+add attachments, profiles, deeper JSON of every type, and the same requests through a real
+server (as the client sends them, as a Struct, and as mutated or random bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from npu_resolver import CATALOG, PRODUCTS, Resolution, ResolveRequest, resolve
+from npu_resolver._options import NAMED_ENV_VARS
+from npu_resolver_client import ResolveError, ResolverClient
+from npu_resolver_client._convert import LimitError, request_from_proto, request_to_proto
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_server.settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS
+from tests._server import ThreadServer
+from tests.reliability._common import Figures
+from tests.test_properties import _structured
+
+QUICK = 300
+SOAK = 10_000
+OPTION_NAMES = list(CATALOG.by_name)
+ATTACHMENT_OPTIONS = [o.name for o in CATALOG.options if o.attachment]
+PRODUCT_NAMES = [p.id for p in PRODUCTS] + ["Ascend910B3", "atlas a2", "ATLAS_A2", "bogus", ""]
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+typical_values = st.sampled_from(
+    [0, 1, 2, -1, 600, 17340, 2**31, True, False, "1", "0", "auto", "enable", "mixed_float16"]
+)
+names = st.sampled_from(OPTION_NAMES) | st.text(min_size=1, max_size=30)
+file_texts = st.text(max_size=200) | st.sampled_from(
+    [
+        "",
+        "{}",
+        '{"black-list": {"to-add": ["Conv2D"]}}',
+        "[ascend]\nop_precision_mode=high_precision\n",
+        "OpType::Pooling:high_precision\n",
+        "Conv2D:float16\n",
+        '{"Switch":{"GraphFusion":{"ALL":"off"}}}',
+        "not json {",
+        "\x00\x01\x02",
+    ]
+)
+requests = st.builds(
+    ResolveRequest,
+    product=st.sampled_from(PRODUCT_NAMES) | st.text(max_size=20),
+    config=st.dictionaries(names, typical_values | json_values, max_size=16),
+    env=st.dictionaries(
+        st.sampled_from(NAMED_ENV_VARS) | st.text(max_size=12),
+        st.sampled_from(["", "0", "1", "600", "/w", "-1"]) | st.text(max_size=20),
+        max_size=6,
+    ),
+    workdir=st.sampled_from(["", "/job", "relative/dir"]) | st.text(max_size=20),
+    profile=st.sampled_from(["", "default"]) | st.text(max_size=8),
+    strict=st.booleans(),
+    validate_only=st.booleans(),
+    attachments=st.dictionaries(
+        st.sampled_from(ATTACHMENT_OPTIONS) | st.text(max_size=12), file_texts, max_size=3
+    ),
+)
+
+
+def _fuzz(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def _check_core(request: ResolveRequest) -> Resolution:
+    """Structured, deterministic, and (when valid) a fixpoint."""
+    first = resolve(request)
+    _structured(first)
+    again = resolve(request)
+    assert again.to_json() == first.to_json()
+    if first.ok:
+        fed_back = resolve(
+            ResolveRequest(
+                product=first.product,
+                config=dict(first.options),
+                env=request.env,
+                workdir=request.workdir,
+                profile=request.profile,
+                attachments=request.attachments,
+            )
+        )
+        assert fed_back.ok, fed_back.diagnostics
+        assert fed_back.options == first.options
+        assert fed_back.fingerprint == first.fingerprint
+    return first
+
+
+def _core(examples: int) -> int:
+    seen = 0
+
+    @_fuzz(examples)
+    @given(requests)
+    def run(request: ResolveRequest) -> None:
+        nonlocal seen
+        seen += 1
+        _check_core(request)
+
+    run()
+    return seen
+
+
+def test_core_fuzz(figures: Figures) -> None:
+    start = time.perf_counter()
+    seen = _core(QUICK)
+    figures("core fuzz", examples=seen, exceptions=0, seconds=round(time.perf_counter() - start, 1))
+
+
+@pytest.mark.soak
+def test_core_fuzz_soak(figures: Figures) -> None:
+    start = time.perf_counter()
+    seen = _core(SOAK)
+    figures("core fuzz", examples=seen, exceptions=0, seconds=round(time.perf_counter() - start, 1))
+
+
+def _reordered(request: ResolveRequest) -> ResolveRequest:
+    return ResolveRequest(
+        product=request.product,
+        config=dict(list(request.config.items())[::-1]),
+        env=dict(list(request.env.items())[::-1]),
+        workdir=request.workdir,
+        profile=request.profile,
+        strict=request.strict,
+        validate_only=request.validate_only,
+        attachments=dict(list(request.attachments.items())[::-1]),
+    )
+
+
+@_fuzz(QUICK)
+@given(requests.map(lambda r: ResolveRequest(r.product, r.config, r.env, r.workdir, r.profile)))
+def test_map_order_does_not_change_the_answer(request: ResolveRequest) -> None:
+    """Protobuf maps keep no order: equal config and env maps must give equal answers."""
+    assert resolve(_reordered(request)).to_json() == resolve(request).to_json()
+
+
+def test_attachment_order_does_not_change_the_answer() -> None:
+    attachments = {"op_debug_config": "", "modify_mixlist": ""}
+    forward = ResolveRequest(product="atlas-350", attachments=attachments)
+    assert resolve(_reordered(forward)).to_json() == resolve(forward).to_json()
+
+
+# --------------------------------------------------------------------------- the wire
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ThreadServer]:
+    with ThreadServer() as running:
+        yield running
+
+
+def _canonical(result: Resolution) -> str:
+    return json.dumps(result.to_json(), sort_keys=True)
+
+
+def _as_server_reads_it(request: ResolveRequest) -> ResolveRequest | None:
+    """The request as the server decodes it (maps in wire order); None when over its limits."""
+    wire = pb.ResolveRequest.FromString(request_to_proto(request).SerializeToString())
+    try:
+        return request_from_proto(
+            wire, max_depth=DEFAULT_MAX_STRUCT_DEPTH, max_keys=DEFAULT_MAX_STRUCT_KEYS
+        )
+    except LimitError:
+        return None
+
+
+def _wire_one(client: ResolverClient, channel: grpc.Channel, request: ResolveRequest) -> str:
+    """One request two ways; returns the gRPC code the Struct form got."""
+    decoded = _as_server_reads_it(request)
+    try:
+        remote = client.resolve_request(request)
+    except ResolveError as error:  # INVALID_ARGUMENT: the report rides in the status details
+        if decoded is None:  # refused before resolving: no report
+            assert error.resolution is None and error.violations, error.details
+            remote = None
+        else:
+            assert error.resolution is not None, error.details
+            remote = error.resolution
+            assert not remote.ok and not request.validate_only
+    if decoded is None:
+        assert remote is None, "a request over the limits was resolved"
+    else:
+        assert remote is not None
+        local = resolve(decoded)
+        assert remote.fingerprint == local.fingerprint
+        assert _canonical(remote) == _canonical(local)
+
+    # As a Struct: numbers travel as doubles; the answer must still be structured.
+    call = channel.unary_unary("/npu.resolver.v1.Resolver/Resolve")
+    payload = request_to_proto(request, as_struct=True).SerializeToString()
+    try:
+        call(payload, timeout=10)
+    except grpc.RpcError as error:
+        code = error.code()
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, error.details())
+        return str(code.name)
+    return "OK"
+
+
+def _wire(target: str, examples: int) -> Counter[str]:
+    codes: Counter[str] = Counter()
+    with ResolverClient(target, timeout=10) as client, grpc.insecure_channel(target) as channel:
+
+        @_fuzz(examples)
+        @given(requests.filter(_encodable))
+        def run(request: ResolveRequest) -> None:
+            codes[_wire_one(client, channel, request)] += 1
+
+        run()
+    return codes
+
+
+def _encodable(request: ResolveRequest) -> bool:
+    """A Struct cannot carry integers beyond a double's range; the JSON form can."""
+    try:
+        request_to_proto(request, as_struct=True)
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
+def _bytes_fuzz(target: str, examples: int) -> Counter[str]:
+    """Random and mutated bytes: OK or INVALID_ARGUMENT, never INTERNAL or UNKNOWN."""
+    seed = request_to_proto(
+        ResolveRequest(
+            product="atlas-a2",
+            config={"hccl_timeout": 600, "dump_config": {"a": [1, 2.5, None]}},
+            env={"HCCL_EXEC_TIMEOUT": "10"},
+            workdir="/job",
+            attachments={"modify_mixlist": "{}"},
+        ),
+        as_struct=True,
+    ).SerializeToString()
+    codes: Counter[str] = Counter()
+    with grpc.insecure_channel(target) as channel:
+        methods = {
+            name: channel.unary_unary(f"/npu.resolver.v1.Resolver/{name}")
+            for name in ("Resolve", "ResolveBatch", "Diff")
+        }
+        mutated = st.builds(
+            lambda at, junk, cut: seed[:at] + junk + seed[at + cut :],
+            st.integers(0, len(seed)),
+            st.binary(max_size=8),
+            st.integers(0, 8),
+        )
+
+        @_fuzz(examples)
+        @given(st.sampled_from(sorted(methods)), st.binary(max_size=300) | mutated)
+        def run(method: str, payload: bytes) -> None:
+            try:
+                methods[method](payload, timeout=10)
+            except grpc.RpcError as error:
+                code = error.code()
+                assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, error.details())
+                codes[code.name] += 1
+                return
+            codes["OK"] += 1
+
+        run()
+    return codes
+
+
+def test_wire_fuzz(server: ThreadServer, figures: Figures) -> None:
+    start = time.perf_counter()
+    codes = _wire(server.target, QUICK)
+    raw = _bytes_fuzz(server.target, QUICK)
+    figures(
+        "wire fuzz",
+        requests=sum(codes.values()),
+        byte_payloads=sum(raw.values()),
+        internal=0,
+        struct_codes=dict(codes),
+        byte_codes=dict(raw),
+        seconds=round(time.perf_counter() - start, 1),
+    )
+
+
+@pytest.mark.soak
+def test_wire_fuzz_soak(server: ThreadServer, figures: Figures) -> None:
+    start = time.perf_counter()
+    codes = _wire(server.target, SOAK)
+    raw = _bytes_fuzz(server.target, SOAK)
+    figures(
+        "wire fuzz",
+        requests=sum(codes.values()),
+        byte_payloads=sum(raw.values()),
+        internal=0,
+        struct_codes=dict(codes),
+        byte_codes=dict(raw),
+        seconds=round(time.perf_counter() - start, 1),
+    )

@@ -1,0 +1,263 @@
+"""The server writes its hot-path bytes itself; they must mean exactly what the slow, general
+way produces.
+
+Replies: parsed, they equal the message the generated classes build (`resolution_to_proto`),
+for every answer the core gives and for any JSON a Resolution can hold. Maps have no canonical
+order on the wire, so the parsed messages are compared, and so are their deterministic
+serializations (which sort map keys and keep -0.0 apart from 0.0). Batch items are cut from the
+request as sent, and call log lines are the JsonFormatter's text.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+import npu_resolver
+from npu_resolver import Code, Diagnostic, Provenance, Resolution, ResolveRequest, Severity, Source
+from npu_resolver._model import unset
+from npu_resolver_client import ResolverClient
+from npu_resolver_client._convert import request_to_proto, resolution_to_proto
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_server import _encode, _logging
+from npu_resolver_server._encode import encode_resolution, field, length_delimited, write_response
+from npu_resolver_server._metrics import Metrics
+from tests._server import ThreadServer
+from tests.test_grpc_wire import IDS, RESULTS
+from tests.test_properties import requests as resolve_requests
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_same_message(written: bytes, resolution: Resolution) -> None:
+    reference = resolution_to_proto(resolution)
+    parsed = pb.ResolveResponse.FromString(written)
+    assert parsed == reference
+    assert parsed.SerializeToString(deterministic=True) == reference.SerializeToString(
+        deterministic=True
+    )
+
+
+@pytest.mark.parametrize(("name", "request_", "resolution"), RESULTS, ids=IDS)
+def test_golden_and_varied_answers_are_written_exactly(
+    name: str, request_: ResolveRequest, resolution: Resolution
+) -> None:
+    assert_same_message(write_response(resolution), resolution)
+    assert_same_message(write_response(resolution), resolution)  # again, from the memo tables
+
+
+@FAST
+@given(resolve_requests)
+def test_any_core_answer_is_written_exactly(request: ResolveRequest) -> None:
+    resolution = npu_resolver.resolve(request)
+    assert_same_message(write_response(resolution), resolution)
+
+
+# Every JSON shape a Resolution can hold: floats of every kind, unicode, empty strings, ints
+# beyond 2**53 (rounded to a double as the generated code rounds them), bools next to numbers.
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**80), 2**80)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.sampled_from(["", "é", "日本", "\U0001f600", "a\x00b", 0, 1, 1.0, -0.0, 0.0, True])
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+names = st.sampled_from(["hccl_timeout", "precision_mode", "dump_config", ""]) | st.text(
+    max_size=10
+)
+provenances = st.builds(
+    Provenance,
+    source=st.sampled_from(list(Source)),
+    rules=st.lists(st.text(max_size=6), max_size=3).map(tuple),
+    requested=st.just(unset()) | json_values,
+    env_var=st.sampled_from(["", "HCCL_EXEC_TIMEOUT"]) | st.text(max_size=5),
+    detail=st.text(max_size=10),
+)
+diagnostics = st.builds(
+    Diagnostic,
+    severity=st.sampled_from(list(Severity)),
+    code=st.sampled_from(list(Code)),
+    option=st.text(max_size=10),
+    rule=st.text(max_size=6),
+    message=st.text(max_size=20),
+    suggestion=st.text(max_size=10),
+)
+resolutions = st.builds(
+    Resolution,
+    ok=st.booleans(),
+    product=st.text(max_size=10),
+    options=st.dictionaries(names, json_values, max_size=8),
+    provenance=st.dictionaries(names, provenances, max_size=8),
+    diagnostics=st.lists(diagnostics, max_size=4).map(tuple),
+    paths=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    catalog_version=st.sampled_from(["", npu_resolver.CATALOG_VERSION]),
+    policy_version=st.text(max_size=8),
+    fingerprint=st.text(max_size=8),
+)
+
+
+@FAST
+@given(resolutions)
+def test_any_resolution_is_written_exactly(resolution: Resolution) -> None:
+    assert_same_message(write_response(resolution), resolution)
+
+
+def _answer(options: dict[str, Any], provenance: dict[str, Provenance] | None = None) -> Resolution:
+    return Resolution(True, "atlas-a2", options, provenance or {}, (), {}, "900", "", "f")
+
+
+def _number_kind(written: bytes, name: str) -> str | None:
+    return pb.ResolveResponse.FromString(written).options.fields[name].WhichOneof("kind")
+
+
+def test_memo_keeps_bools_numbers_and_signed_zeros_apart() -> None:
+    assert _number_kind(write_response(_answer({"a": 1})), "a") == "number_value"
+    assert _number_kind(write_response(_answer({"a": True})), "a") == "bool_value"
+    for value in (0.0, -0.0, 0, False, 1.0, 1):
+        resolution = _answer({"a": value}, {"a": Provenance(Source.USER, ("R",), value)})
+        assert_same_message(write_response(resolution), resolution)
+
+
+def test_the_same_provenance_object_under_two_names() -> None:
+    shared = Provenance(Source.DEFAULT, ("R-1",))
+    resolution = _answer({"a": 1, "b": 2}, {"a": shared, "b": shared})
+    for _ in range(2):
+        assert_same_message(write_response(resolution), resolution)
+
+
+def test_memo_tables_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_encode, "MEMO_ENTRIES", 16)
+    for i in range(100):
+        resolution = _answer({f"o{i}": i}, {f"o{i}": Provenance(Source.USER, (f"R-{i}",), str(i))})
+        assert_same_message(write_response(resolution), resolution)
+    tables = (_encode._OPTIONS, _encode._PROVENANCE, _encode._SAME_PROVENANCE)
+    assert all(len(table) <= 16 for table in tables)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"a": OrderedDict(b=1)},  # a dict subclass
+        {"a": Code.ROUNDED},  # a str subclass
+        {"a": (1, "x")},  # a tuple: a list to Struct.update
+    ],
+)
+def test_unusual_types_are_left_to_the_reference_path(options: dict[str, Any]) -> None:
+    resolution = _answer(options)
+    assert_same_message(encode_resolution(resolution), resolution)
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"a": 10**400}, OverflowError),
+        ({"a": "\ud800"}, UnicodeEncodeError),
+        ({"a": object()}, ValueError),
+    ],
+)
+def test_what_the_reference_path_refuses_is_refused_alike(
+    options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        resolution_to_proto(_answer(options)).SerializeToString()
+    with pytest.raises(error):
+        encode_resolution(_answer(options))
+
+
+# --------------------------------------------------------------------------- ResolveBatch
+
+
+def _items(count: int) -> list[pb.ResolveRequest]:
+    return [
+        request_to_proto(ResolveRequest("atlas-a2", {"hccl_timeout": 600 + i}, {"X": "é"}))
+        for i in range(count)
+    ]
+
+
+def test_batch_items_are_cut_from_the_wire_as_sent() -> None:
+    items = _items(3)
+    raw = pb.ResolveBatchRequest(requests=items).SerializeToString()
+    expected = [item.SerializeToString() for item in items]
+    assert length_delimited(raw, 1) == expected
+    # Unknown fields of every wire type, before, between and after the items, are passed over.
+    unknown = b"\x10\x96\x01" + b"\x19" + bytes(8) + b"\x25" + bytes(4) + field(7, b"x" * 200)
+    mixed = unknown + raw + unknown
+    pb.ResolveBatchRequest.FromString(mixed)  # the generated code accepts it too
+    assert length_delimited(mixed, 1) == expected
+    assert length_delimited(b"", 1) == []
+
+
+@pytest.mark.parametrize("raw", [b"\x0b\x0c", b"\x0a\x05ab", b"\x0a", b"\x10\x80"])
+def test_batch_walk_refuses_what_it_does_not_expect(raw: bytes) -> None:
+    assert length_delimited(raw, 1) is None
+
+
+def test_batch_items_share_the_answer_cache_with_unary_calls() -> None:
+    registry = CollectorRegistry()
+    request = ResolveRequest("atlas-a2", {"hccl_timeout": 1234}, {"HCCL_EXEC_TIMEOUT": "900"})
+    with (
+        ThreadServer(metrics=Metrics(registry)) as server,
+        ResolverClient(server.target) as client,
+    ):
+        first = client.resolve_request(request)
+        results = client.resolve_batch([request, request, ResolveRequest("atlas-9000")])
+        assert results[:2] == [first, first]
+        assert server.built.service.cache.hits == 2
+    value = registry.get_sample_value
+    assert value("npu_resolver_answer_cache_total", {"result": "hit"}) == 2
+    assert value("npu_resolver_answer_cache_total", {"result": "miss"}) == 2
+    assert value("npu_resolver_batch_items_total", {"outcome": "ok"}) == 2
+    assert value("npu_resolver_batch_items_total", {"outcome": "failed"}) == 1
+
+
+# --------------------------------------------------------------------------- call log lines
+
+
+def _call_lines(product: str, ok: bool | None, codes: tuple[str, ...]) -> list[str]:
+    """The same call logged the direct way and through a LogRecord and JsonFormatter."""
+    stream = io.StringIO()
+    saved = logging.getLogger("npu_resolver_server").handlers[:], _logging._Sink.handler
+    try:
+        _logging.configure("INFO")
+        handler = _logging._Sink.handler
+        assert handler is not None
+        handler.setStream(stream)
+        for direct in (True, False):
+            _logging._Sink.handler = handler if direct else None
+            _logging.log_call(
+                "Resolve", code="OK", latency_s=0.0012345, product=product, ok=ok, codes=codes
+            )
+    finally:
+        logging.getLogger("npu_resolver_server").handlers[:], _logging._Sink.handler = saved
+    return stream.getvalue().removesuffix("\n").split("\n")  # not splitlines: U+2028 is text
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(max_size=12) | st.sampled_from(['a"b\\c', "é\n\t\x00\u2028", "\U0001f600"]),
+    st.sampled_from([True, False, None]),
+    st.lists(st.sampled_from([c.value for c in Code]), max_size=4).map(tuple),
+)
+def test_call_lines_are_the_formatters_text(
+    product: str, ok: bool | None, codes: tuple[str, ...]
+) -> None:
+    direct, formatted = _call_lines(product, ok, codes)
+    # The two were made a moment apart: the same text but for the time stamp.
+    stamp = re.compile(r'^\{"ts": [0-9.]+, ')
+    assert stamp.sub("", direct) == stamp.sub("", formatted)
+    assert json.loads(direct)["product"] == product
