@@ -20,7 +20,7 @@ from google.protobuf import message
 from npu_resolver import DiffCell, DiffResult, DiffRow, Product, Resolution, ResolveRequest
 
 from ._convert import (
-    _SOURCE_FROM_PB,
+    SOURCE_FROM_PB,
     catalog_from_proto,
     config_to_json,
     product_from_proto,
@@ -217,7 +217,7 @@ def _diff_result(response: pb.DiffResponse, request: ResolveRequest) -> DiffResu
             if pid in row.cells:
                 cell = row.cells[pid]
                 value = results[pid].options.get(row.option, value_to_py(cell.value))
-                cells[pid] = DiffCell(value, _SOURCE_FROM_PB[cell.source])
+                cells[pid] = DiffCell(value, SOURCE_FROM_PB[cell.source])
             else:
                 cells[pid] = None
         rows.append(DiffRow(row.option, cells, row.same))

@@ -29,10 +29,10 @@ from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
 JSON = Any
 
-_SEVERITY_TO_PB: Final = {s: pb.Severity.Value(f"SEVERITY_{s.value}") for s in Severity}
-_SEVERITY_FROM_PB: Final = {v: k for k, v in _SEVERITY_TO_PB.items()}
-_SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
-_SOURCE_FROM_PB: Final = {v: k for k, v in _SOURCE_TO_PB.items()}
+SEVERITY_TO_PB: Final = {s: pb.Severity.Value(f"SEVERITY_{s.value}") for s in Severity}
+SEVERITY_FROM_PB: Final = {v: k for k, v in SEVERITY_TO_PB.items()}
+SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
+SOURCE_FROM_PB: Final = {v: k for k, v in SOURCE_TO_PB.items()}
 _ENUM_PREFIXES: Final = ("SEVERITY_", "SOURCE_")
 _MAX_EXACT_INT: Final = 2**63
 _PATH_ORDER: Final = {
@@ -197,20 +197,34 @@ def _reject_constant(name: str) -> JSON:
     raise LimitError(f"config_json: {name} is not a JSON number")
 
 
-def _check_plain(data: JSON, where: str, depth: int, budget: _Budget) -> None:
-    if isinstance(data, dict):
-        items: Any = data.values()
-    elif isinstance(data, list):
-        items = data
-    else:
-        return
+_JSON_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_JSON_CONTAINERS: Final = (dict, list)  # a tuple: isinstance is quicker with it than a union
+
+
+def _loads(text: str) -> JSON:
+    """`json.loads(text, parse_constant=_reject_constant)`, without a new decoder per call."""
+    if text.startswith("\ufeff"):
+        return json.loads(text)  # refused with json.loads's own message
+    return _JSON_DECODER.decode(text)
+
+
+def _check_plain(
+    data: dict[str, JSON] | list[JSON], where: str, depth: int, budget: _Budget
+) -> None:
+    """Depth and key limits over a JSON object or array (scalars cost no call)."""
     if depth > budget.max_depth:
         raise LimitError(f"{where}: nested deeper than {budget.max_depth} levels")
     budget.keys += len(data)
     if budget.keys > budget.max_keys:
         raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
-    for item in items:
-        _check_plain(item, where, depth + 1, budget)
+    for item in data.values() if isinstance(data, dict) else data:
+        if isinstance(item, _JSON_CONTAINERS):
+            _check_plain(item, where, depth + 1, budget)
+
+
+def _string_map(entries: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map<string, string> as a dict (cheaper than dict() on the map)."""
+    return {key: entries[key] for key in entries} if entries else {}
 
 
 def config_from_wire(
@@ -222,7 +236,7 @@ def config_from_wire(
     if struct.fields:
         raise LimitError(f"set {where} or {where}_json, not both")
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _loads(text)
     except RecursionError:
         raise LimitError(f"{where}_json: nested deeper than {max_depth} levels") from None
     except ValueError as exc:
@@ -245,12 +259,12 @@ def request_from_proto(
     return ResolveRequest(
         product=message.product,
         config=config,
-        env=dict(message.env),
+        env=_string_map(message.env),
         workdir=message.workdir,
         profile=message.profile,
         strict=message.strict,
         validate_only=message.validate_only,
-        attachments=dict(message.attachments),
+        attachments=_string_map(message.attachments),
     )
 
 
@@ -259,7 +273,7 @@ def request_from_proto(
 
 def diagnostic_to_proto(diagnostic: Diagnostic) -> pb.Diagnostic:
     return pb.Diagnostic(
-        severity=_SEVERITY_TO_PB[diagnostic.severity],
+        severity=SEVERITY_TO_PB[diagnostic.severity],
         code=diagnostic.code.value,
         option=diagnostic.option,
         rule=diagnostic.rule,
@@ -270,7 +284,7 @@ def diagnostic_to_proto(diagnostic: Diagnostic) -> pb.Diagnostic:
 
 def _provenance_to_proto(provenance: Provenance) -> pb.Provenance:
     message = pb.Provenance(
-        source=_SOURCE_TO_PB[provenance.source],
+        source=SOURCE_TO_PB[provenance.source],
         rules=provenance.rules,
         env_var=provenance.env_var,
         detail=provenance.detail,
@@ -300,7 +314,7 @@ def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
     from npu_resolver import Code
 
     return Diagnostic(
-        severity=_SEVERITY_FROM_PB[message.severity],
+        severity=SEVERITY_FROM_PB[message.severity],
         code=Code(message.code),
         option=message.option,
         rule=message.rule,
@@ -310,7 +324,7 @@ def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
 
 
 def _provenance_from_proto(message: pb.Provenance) -> Provenance:
-    source = _SOURCE_FROM_PB[message.source]
+    source = SOURCE_FROM_PB[message.source]
     rules = tuple(message.rules)
     if message.HasField("requested"):
         return Provenance(

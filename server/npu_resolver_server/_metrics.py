@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+MAX_CACHED_CHILDREN: Final = 4096
 LATENCY_BUCKETS: Final = (
     0.0001,
     0.00025,
@@ -82,14 +83,32 @@ class Metrics:
         )
         self._version: str | None = None
         self._failures_seen = 0
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once: `labels()` costs more than an increment."""
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= MAX_CACHED_CHILDREN:  # e.g. many unknown product names
+                self._children.clear()
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def observe(
         self, method: str, code: str, seconds: float, product: str, codes: Iterable[str]
     ) -> None:
-        self.requests.labels(method, code).inc()
-        self.latency.labels(method).observe(seconds)
+        self._child(self.requests, method, code).inc()
+        self._child(self.latency, method).observe(seconds)
         for diagnostic in codes:
-            self.diagnostics.labels(diagnostic, product or "unknown").inc()
+            self._child(self.diagnostics, diagnostic, product or "unknown").inc()
+
+    def cache_lookup(self, hit: bool) -> None:
+        self._child(self.cache, "hit" if hit else "miss").inc()
+
+    def batch(self, ok: int, failed: int) -> None:
+        self._child(self.batch_items, "ok").inc(ok)
+        self._child(self.batch_items, "failed").inc(failed)
 
     def policy(self, version: str, failures: int) -> None:
         if version != self._version:

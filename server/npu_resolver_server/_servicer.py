@@ -33,6 +33,7 @@ from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 
 from . import _logging
 from ._cache import Answer, AnswerCache
+from ._encode import encode_resolution, field, length_delimited
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
 from .settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS, PID_METADATA_KEY
@@ -40,6 +41,8 @@ from .settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS, PID_MET
 SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
+_field = field  # the name the tests write raw requests with
+RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
 
 log = logging.getLogger("npu_resolver_server.service")
 
@@ -97,8 +100,9 @@ def violation_field(option: str) -> str:
     return f"config.{option}"
 
 
-def error_answer(resolution: Resolution, response: pb.ResolveResponse) -> Answer:
-    """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response."""
+def error_answer(resolution: Resolution, response: bytes) -> Answer:
+    """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response (a
+    serialized ResolveResponse)."""
     errors = resolution.errors
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
@@ -113,8 +117,9 @@ def error_answer(resolution: Resolution, response: pb.ResolveResponse) -> Answer
     status = _status(
         grpc.StatusCode.INVALID_ARGUMENT,
         text,
-        [error_details_pb2.BadRequest(field_violations=violations), response],
+        [error_details_pb2.BadRequest(field_violations=violations)],
     )
+    status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # packed as Any.Pack would
     return Answer(
         grpc.StatusCode.INVALID_ARGUMENT,
         message=text,
@@ -126,41 +131,24 @@ def error_answer(resolution: Resolution, response: pb.ResolveResponse) -> Answer
 
 
 def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
-    response = resolution_to_proto(resolution)
+    response = encode_resolution(resolution)
     if not validate_only and any(d.severity is Severity.ERROR for d in resolution.diagnostics):
         return error_answer(resolution, response)
     return Answer(
         grpc.StatusCode.OK,
-        payload=response.SerializeToString(),
+        payload=response,
         product=resolution.product,
         ok=resolution.ok,
         codes=tuple(resolution.codes()),
     )
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _batch_item(answer: Answer) -> bytes:
     """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
     if answer.code is grpc.StatusCode.OK:
-        return _field(1, answer.payload)  # result.response
+        return field(1, answer.payload)  # result.response
     status = answer.status_details or _status(answer.code, answer.message, []).SerializeToString()
-    return _field(2, status)  # result.status
+    return field(2, status)  # result.status
 
 
 def parse(kind: type[M], raw: bytes) -> M:
@@ -275,7 +263,7 @@ class ResolverService:
     ) -> Answer:
         cached = self.cache.get(version, raw)
         if self.metrics is not None and self.cache.enabled:
-            self.metrics.cache.labels("hit" if cached is not None else "miss").inc()
+            self.metrics.cache_lookup(cached is not None)
         if cached is not None:
             return cached
         try:
@@ -293,30 +281,33 @@ class ResolverService:
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
-        batch = parse(pb.ResolveBatchRequest, raw)
+        items = parse(pb.ResolveBatchRequest, raw).requests
+        # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
+        item_bytes = length_delimited(raw, 1)
+        if item_bytes is None or len(item_bytes) != len(items):
+            item_bytes = [item.SerializeToString() for item in items]
         policy = self._policy()  # one snapshot for the whole batch
         version = policy.version if policy is not None else ""
         parts: list[bytes] = []
         failed = 0
         codes: set[str] = set()
-        for index, item in enumerate(batch.requests):
+        for index, item in enumerate(items):
             if index % 64 == 63:
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     return Answer(
                         grpc.StatusCode.DEADLINE_EXCEEDED,
-                        message=f"deadline exceeded after {index} of {len(batch.requests)} items",
+                        message=f"deadline exceeded after {index} of {len(items)} items",
                         ok=False,
                     )
-            answer = self._resolve_one(item.SerializeToString(), item, policy, version)
+            answer = self._resolve_one(item_bytes[index], item, policy, version)
             failed += answer.code is not grpc.StatusCode.OK
             codes.update(answer.codes)
-            parts.append(_field(1, _batch_item(answer)))
+            parts.append(field(1, _batch_item(answer)))
         if self.metrics is not None:
-            self.metrics.batch_items.labels("ok").inc(len(parts) - failed)
-            self.metrics.batch_items.labels("failed").inc(failed)
-        parts.append(_field(2, version.encode()) if version else b"")
-        parts.append(_field(3, npu_resolver.CATALOG_VERSION.encode()))
+            self.metrics.batch(len(parts) - failed, failed)
+        parts.append(field(2, version.encode()) if version else b"")
+        parts.append(field(3, npu_resolver.CATALOG_VERSION.encode()))
         return Answer(
             grpc.StatusCode.OK, payload=b"".join(parts), ok=failed == 0, codes=tuple(sorted(codes))
         )

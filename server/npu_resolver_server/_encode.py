@@ -1,0 +1,290 @@
+"""Protobuf wire format written and cut by hand on the hot path.
+
+Building a ResolveResponse message and serializing it costs more than resolving; writing the
+bytes costs a fraction of that, and most pieces of an answer recur from call to call (a
+provenance entry, a diagnostic, an option set to a common value), so their bytes are memoized
+in bounded tables. `encode_resolution` gives bytes that parse to exactly the message
+`resolution_to_proto` builds; anything it does not recognize (an unexpected value type, a
+string that is not valid UTF-8, a number too large for a double) is left to that reference
+path, which encodes it or raises as it always did.
+
+`length_delimited` cuts a ResolveBatchRequest into its items' own bytes, so that each item
+finds the answer cache entry a unary Resolve of it left, without re-serializing it."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from operator import attrgetter
+from typing import Any, Final, TypeVar
+
+from npu_resolver import Code, Diagnostic, Provenance, Resolution, Severity, Source
+from npu_resolver_client._convert import SEVERITY_TO_PB, SOURCE_TO_PB, resolution_to_proto
+
+K = TypeVar("K", bound=Hashable)
+
+MEMO_ENTRIES: Final = 4096
+"""Bound of each memo table (a few hundred kB each); a full table is emptied and refilled with
+what recurs."""
+
+_SMALL: Final = tuple(bytes((n,)) for n in range(128))
+_double: Final = struct.Struct("<d").pack
+_NULL: Final = b"\x08\x00"
+_TRUE: Final = b"\x20\x01"
+_FALSE: Final = b"\x20\x00"
+_MEMO_SCALARS: Final = frozenset({str, int, bool, type(None)})
+"""Value types whose equality, with the type, implies equal bytes (not floats: 0.0 == -0.0)."""
+_UNSET_TYPE: Final = type(Provenance(Source.DEFAULT).requested)  # the core's 'no requested value'
+_MEMO_REQUESTED: Final = _MEMO_SCALARS | {_UNSET_TYPE}
+_CONTAINERS: Final = frozenset({dict, list, tuple})
+
+
+class UnsupportedValueError(Exception):
+    """A value this module does not write: the reference path encodes it (or refuses it)."""
+
+
+def varint(value: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    if value < 128:
+        return _SMALL[value]
+    out = bytearray()
+    while value > 127:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """One length-delimited field (wire type 2): a string, bytes or a sub-message."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def length_delimited(raw: bytes, number: int) -> list[bytes] | None:
+    """The payloads of every occurrence of length-delimited field `number` in `raw`, in order:
+    a repeated message's items exactly as the sender wrote them. `raw` must already have been
+    parsed by the generated code; None if it holds anything this walk does not expect."""
+    try:
+        return _walk(raw, number)
+    except IndexError:  # cut short: not a message the generated code accepted
+        return None
+
+
+def _walk(raw: bytes, number: int) -> list[bytes] | None:
+    out = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        key, pos = _read_varint(raw, pos)
+        kind = key & 7
+        if kind == 2:
+            size, pos = _read_varint(raw, pos)
+            if key >> 3 == number:
+                out.append(raw[pos : pos + size])
+            pos += size
+        elif kind == 0:
+            pos = _read_varint(raw, pos)[1]
+        elif kind in (1, 5):
+            pos += 8 if kind == 1 else 4
+        else:  # groups: long deprecated, and never in this API
+            return None
+    return out if pos == end else None
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 128:
+            return value, pos
+        shift += 7
+
+
+def _text(tag: bytes, text: str) -> bytes:
+    data = text.encode()
+    return tag + varint(len(data)) + data
+
+
+def _optional_text(tag: bytes, text: str) -> bytes:
+    """A proto3 string field: absent when empty."""
+    return _text(tag, text) if text else b""
+
+
+# --------------------------------------------------------------------------- JSON values
+
+
+def _value(data: Any) -> bytes:
+    """A google.protobuf.Value, as `Struct.update` would set it."""
+    kind = type(data)
+    if kind is str:
+        return _text(b"\x1a", data)
+    if kind is bool:
+        return _TRUE if data else _FALSE
+    if kind is int or kind is float:
+        return b"\x11" + _double(data)
+    if data is None:
+        return _NULL
+    if kind is dict:
+        return field(5, _struct(data))
+    if kind is list or kind is tuple:
+        return field(6, b"".join([field(1, _value(item)) for item in data]))
+    raise UnsupportedValueError(kind.__name__)
+
+
+def _struct_entry(key: Any, data: Any) -> bytes:
+    """One `fields` map entry of a Struct, with its tag and length."""
+    if type(key) is not str:
+        raise UnsupportedValueError(type(key).__name__)
+    return field(1, _text(b"\x0a", key) + field(2, _value(data)))
+
+
+def _struct(data: dict[Any, Any]) -> bytes:
+    return b"".join([_struct_entry(key, value) for key, value in data.items()])
+
+
+# --------------------------------------------------------------------------- memo tables
+
+
+class _Memo(dict[K, bytes]):
+    """Encoded bytes by key, emptied when full so that memory stays bounded."""
+
+    def __init__(self, encode: Callable[[K], bytes]) -> None:
+        super().__init__()
+        self._encode = encode
+
+    def __missing__(self, key: K) -> bytes:
+        encoded = self._encode(key)
+        if len(self) >= MEMO_ENTRIES:
+            self.clear()
+        self[key] = encoded
+        return encoded
+
+
+def _option_entry(key: tuple[str, type, Any]) -> bytes:
+    return _struct_entry(key[0], key[2])
+
+
+_provenance_fields: Final = attrgetter("source", "rules", "requested", "env_var", "detail")
+_ProvenanceKey = tuple[str, tuple[Source, tuple[str, ...], Any, str, str], type]
+"""(name, (source, rules, requested, env_var, detail), type of requested): all that decides a
+provenance entry's bytes, as plain tuples (hashed without calling Python code)."""
+
+
+def _provenance_entry(key: _ProvenanceKey) -> bytes:
+    """A `provenance` map entry of ResolveResponse (field 4), with its tag and length."""
+    name, (source, rules, requested, env_var, detail), kind = key
+    parts = [b"\x08" + varint(SOURCE_TO_PB[source])]
+    parts += [_text(b"\x12", rule) for rule in rules]
+    if kind is not _UNSET_TYPE and (requested or kind not in _CONTAINERS):
+        # An empty object or list leaves `requested` unset in the reference path.
+        parts.append(field(3, _value(requested)))
+    parts.append(_optional_text(b"\x22", env_var))
+    parts.append(_optional_text(b"\x2a", detail))
+    return field(4, _text(b"\x0a", name) + field(2, b"".join(parts)))
+
+
+_diagnostic_fields: Final = attrgetter(
+    "severity", "code", "option", "rule", "message", "suggestion"
+)
+
+
+def _diagnostic(key: tuple[Severity, Code, str, str, str, str]) -> bytes:
+    """A `diagnostics` item of ResolveResponse (field 5), with its tag and length."""
+    severity, code, option, rule, message, suggestion = key
+    return field(
+        5,
+        b"\x08"
+        + varint(SEVERITY_TO_PB[severity])
+        + _optional_text(b"\x12", code.value)
+        + _optional_text(b"\x1a", option)
+        + _optional_text(b"\x22", rule)
+        + _optional_text(b"\x2a", message)
+        + _optional_text(b"\x32", suggestion),
+    )
+
+
+def _path_entry(name: str, path: str) -> bytes:
+    """A `paths` map entry of ResolveResponse (field 6), with its tag and length. Not memoized:
+    paths follow the job's workdir, new with every job."""
+    return field(6, _text(b"\x0a", name) + _text(b"\x12", path))
+
+
+_OPTIONS: Final = _Memo(_option_entry)
+_PROVENANCE: Final = _Memo(_provenance_entry)
+_DIAGNOSTICS: Final = _Memo(_diagnostic)
+
+
+def _options(options: Mapping[str, Any]) -> list[bytes]:
+    memo = _OPTIONS
+    scalars = _MEMO_SCALARS
+    return [
+        memo[name, kind, value] if (kind := type(value)) in scalars else _struct_entry(name, value)
+        for name, value in options.items()
+    ]
+
+
+_SAME_PROVENANCE: Final[dict[tuple[str, int], tuple[Provenance, bytes]]] = {}
+"""Entry bytes by (name, id of the Provenance): the core hands out the same immutable objects
+call after call. Each holds its Provenance, so an id is checked against a live object."""
+
+
+def _provenances(provenance: Mapping[str, Provenance]) -> list[bytes]:
+    memo = _PROVENANCE
+    same = _SAME_PROVENANCE
+    scalars = _MEMO_REQUESTED
+    fields = _provenance_fields
+    out = []
+    for name, entry in provenance.items():
+        seen = same.get((name, id(entry)))
+        if seen is not None and seen[0] is entry:
+            out.append(seen[1])
+            continue
+        values = fields(entry)
+        key = (name, values, type(values[2]))
+        if key[2] not in scalars:  # an object or list requested: neither immutable nor hashable
+            out.append(_provenance_entry(key))
+            continue
+        encoded = memo[key]
+        if len(same) >= MEMO_ENTRIES:
+            same.clear()
+        same[name, id(entry)] = (entry, encoded)
+        out.append(encoded)
+    return out
+
+
+def _diagnostics(diagnostics: Iterable[Diagnostic]) -> list[bytes]:
+    memo = _DIAGNOSTICS
+    fields = _diagnostic_fields
+    return [memo[fields(d)] for d in diagnostics]
+
+
+# --------------------------------------------------------------------------- the response
+
+
+def write_response(resolution: Resolution) -> bytes:
+    """The ResolveResponse bytes, written here; raises on anything it does not write (an
+    unexpected type, a string that is not UTF-8, an int beyond a double)."""
+    if type(resolution.ok) is not bool:
+        raise UnsupportedValueError("ok")
+    return b"".join(
+        [
+            b"\x08\x01" if resolution.ok else b"",
+            _optional_text(b"\x12", resolution.product),
+            field(3, b"".join(_options(resolution.options))),
+            *_provenances(resolution.provenance),
+            *_diagnostics(resolution.diagnostics),
+            *[_path_entry(name, path) for name, path in resolution.paths.items()],
+            _optional_text(b"\x3a", resolution.catalog_version),
+            _optional_text(b"\x42", resolution.policy_version),
+            _optional_text(b"\x4a", resolution.fingerprint),
+        ]
+    )
+
+
+def encode_resolution(resolution: Resolution) -> bytes:
+    """The serialized ResolveResponse of `resolution` (the bytes of `resolution_to_proto`)."""
+    try:
+        return write_response(resolution)
+    except Exception:  # the reference path encodes it, or raises what it always raised
+        return resolution_to_proto(resolution).SerializeToString()
