@@ -49,11 +49,13 @@ PID_METADATA_KEY: Final = "x-npu-resolver-pid"
 SERVICE: Final = "npu.resolver.v1.Resolver"
 
 RETRY_POLICY: Final[dict[str, JSON]] = {
-    "maxAttempts": 4,
+    "maxAttempts": 5,
     "initialBackoff": "0.1s",
     "maxBackoff": "1s",
     "backoffMultiplier": 2,
-    "retryableStatusCodes": ["UNAVAILABLE"],
+    # Every method is a pure read (ReloadPolicy is idempotent), so a call the server
+    # cancelled while draining (still queued when SIGTERM came) is safe to send again.
+    "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
 }
 SERVICE_CONFIG: Final[dict[str, JSON]] = {
     "loadBalancingConfig": [{"round_robin": {}}],
@@ -81,6 +83,10 @@ def channel_options(
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        # Reconnect to a replica or worker quickly, within the retry budget, when one goes away.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
         *extra,
     ]
 

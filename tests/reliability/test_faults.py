@@ -144,7 +144,8 @@ def test_sigterm_during_load(figures: Figures) -> None:
     assert all(e["code"] == 0 for e in server.events("worker_exited")), line
     if codes["CANCELLED"]:
         # Calls already received but not yet handed to a handler when stop() begins are
-        # failed with CANCELLED by gRPC core (grpc/grpc#41785), which no retry policy retries.
+        # failed with CANCELLED by gRPC core (grpc/grpc#41785). The project's client retries
+        # CANCELLED (another replica answers); with one server, as here, there is none.
         pytest.xfail(f"{codes['CANCELLED']} calls queued at SIGTERM got CANCELLED: {line}")
 
 
@@ -229,11 +230,8 @@ def _worker_killed(seconds: float, figures: Figures) -> None:
     assert outcome["wrong"] == 0, line
     assert str(outcome["victim"]) not in outcome["pids_after"], "a dead worker answered"
     assert set(outcome["errors"]) <= {"UNAVAILABLE"}, (outcome["errors"], line)
-    if outcome["errors"]:
-        # The retry policy's 4 attempts span about 0.7 s, less than gRPC's default 1 s
-        # reconnect backoff, so calls on the dead worker's connection run out of attempts
-        # before the channel reconnects to the live one.
-        pytest.xfail(f"retries gave up before the reconnect: {line}")
+    # The client's retry policy and quick reconnect hide the dead worker entirely.
+    assert not outcome["errors"], line
 
 
 def test_worker_sigkill(figures: Figures) -> None:
