@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ._model import CATALOG_VERSION, JSON, Source
+from ._model import CATALOG_VERSION, JSON, Provenance, Source
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
@@ -43,6 +43,11 @@ class OptionView:
     fast_choices: frozenset[JSON] | None
     user_rules: tuple[str, ...]
     """Provenance rules of a value the caller set (the defining rule)."""
+    user_provenance: Provenance
+    plain_gate: bool
+    """The option acts here and no value of it is blocked: the gates have nothing to do."""
+    flagged: bool
+    """Experimental or deprecated: a caller who sets it is warned."""
 
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
@@ -81,6 +86,11 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
     )
     default = next((d for d in option.defaults if _matches(d.products, d.mode, pid, mode)), None)
     varies = any(d.products is not None for d in option.defaults)
+    acts = (
+        (option.products is None or pid in option.products)
+        and (option.mode is None or option.mode is mode)
+        and not option.unsupported_version
+    )
     blocked = {
         gate.value: gate
         for gate in option.value_gates
@@ -101,6 +111,9 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         plain=not option.aliases and option.validator is None,
         fast_choices=frozenset(option.choices) if option.choices else None,
         user_rules=(option.rule,),
+        user_provenance=Provenance(Source.USER, (option.rule,)),
+        plain_gate=acts and not blocked,
+        flagged=option.experimental or option.deprecated,
     )
 
 

@@ -120,7 +120,7 @@ def round_hccl_timeout(state: State) -> None:
     rounded = max(68, value // 68 * 68)
     if rounded != value:
         state.slots["hccl_timeout"] = slot._replace(
-            value=rounded, requested=value, rules=(*slot.rules, "R-HCT-3")
+            value=rounded, requested=value, rules=(*slot.rules, "R-HCT-3"), prov=None
         )
         state.emit(
             Code.ROUNDED,
@@ -388,7 +388,10 @@ def _warn_set_options(
     `flagged` gives the rule id to cite, or None when the option is not flagged.
     """
     for name in state.touched:
-        rule = flagged(state.view[name].option)
+        view = state.view[name]
+        if not view.flagged:
+            continue
+        rule = flagged(view.option)
         if rule is not None and state.is_set(name):
             state.emit(code, name, rule, f"{name} {text}")
 

@@ -254,6 +254,12 @@ class _Base:
     sorted_names: tuple[str, ...]
     """The default slots' names in code-point order, as the fingerprint hashes them."""
     fragments: Mapping[str, str]
+    final: Mapping[str, Slot]
+    final_provenance: Mapping[str, Provenance]
+    options: Mapping[str, JSON]
+    fingerprint: str
+    """`final`: the slots every rule leaves of untouched defaults; with its options and
+    fingerprint, the answer when a request moved nothing."""
 
 
 @lru_cache(maxsize=64)
@@ -273,14 +279,30 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         rules: tuple[str, ...] = (default.rule,)
         if view.range is not None and view.range.rule != default.rule:
             rules += (view.range.rule,)
-        slots[name] = Slot(default.value, view.default_source, rules)
+        slot = Slot(default.value, view.default_source, rules)
+        slots[name] = slot._replace(prov=_provenance(slot))
+    # The default-stage rules (R-PREC-1: one precision default) act on untouched defaults the
+    # same way every time; applying them here keeps a plain request equal to its base.
+    untouched = State(pid, mode, catalog.view(pid, mode), {}, False, "", slots=slots)
+    untouched.undocumented = undocumented
+    _run(_DEFAULT_RULES, untouched)
+    fragments = {name: _fragment(name, slot.value) for name, slot in slots.items()}
+    # What every rule leaves of the untouched defaults: the answer to a request that sets
+    # nothing, precomputed whole.
+    untouched.slots = dict(slots)
+    _run(_DERIVED_RULES + _LATE_RULES, untouched)
+    final = untouched.slots
     return _Base(
         slots=slots,
         provenance={name: _provenance(slot) for name, slot in slots.items()},
         undocumented=undocumented,
         order={name: i for i, name in enumerate(catalog.by_name)},
         sorted_names=tuple(sorted(slots)),
-        fragments={name: _fragment(name, slot.value) for name, slot in slots.items()},
+        fragments=fragments,
+        final=final,
+        final_provenance={name: _provenance(slot) for name, slot in final.items()},
+        options={name: slot.value for name, slot in final.items()},
+        fingerprint=_digest(pid, [fragments[name] for name in sorted(final)]),
     )
 
 
@@ -390,7 +412,11 @@ def _precedence(
         ):
             value, raw = given
             requested = _UNSET if value is raw or _same(value, raw) else raw
-            slots[name] = Slot(value, Source.USER, views[name].user_rules, requested)
+            view = views[name]
+            if requested is _UNSET:
+                slots[name] = Slot(value, Source.USER, view.user_rules, prov=view.user_provenance)
+            else:
+                slots[name] = Slot(value, Source.USER, view.user_rules, requested)
             if undocumented:
                 undocumented.pop(name, None)
             continue
@@ -405,9 +431,9 @@ def _precedence(
 def _gates(state: State) -> None:
     """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
     for name in state.touched:
-        if name not in state.slots:
-            continue
         view = state.view[name]
+        if view.plain_gate or name not in state.slots:
+            continue  # acts here and every value is supported: nothing to check
         option = view.option
         if option.unsupported_version:
             state.drop(
@@ -437,7 +463,7 @@ def _gates(state: State) -> None:
                 option.mode_rule,
                 f"{name} only acts in {mode}; remove it for this mode.",
             )
-        else:
+        elif view.blocked_values:
             _value_gate(state, name, view)
 
 
@@ -576,14 +602,22 @@ def _run(rules: tuple[CrossRule, ...], state: State) -> None:
 
 def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) -> Resolution:
     slots = state.slots
-    if any(name not in base.slots for name in slots):
+    if slots == base.final:  # nothing moved a default: every part is precomputed
+        return Resolution(
+            ok=not any(d.severity is Severity.ERROR for d in state.diagnostics),
+            product=state.pid,
+            options=dict(base.options),
+            provenance=dict(base.final_provenance),
+            diagnostics=tuple(state.diagnostics),
+            paths=effective_paths(state),
+            catalog_version=catalog.version,
+            policy_version=policy_version,
+            fingerprint=base.fingerprint,
+        )
+    if not slots.keys() <= base.slots.keys():
         slots = {name: slots[name] for name in sorted(slots, key=base.order.__getitem__)}
     options = {name: slot.value for name, slot in slots.items()}
-    shared = base.slots
-    provenance = {
-        name: base.provenance[name] if shared.get(name) is slot else _provenance(slot)
-        for name, slot in slots.items()
-    }
+    provenance = {name: slot.prov or _provenance(slot) for name, slot in slots.items()}
     return Resolution(
         ok=not any(d.severity is Severity.ERROR for d in state.diagnostics),
         product=state.pid,

@@ -124,6 +124,14 @@ def _build_alias_table() -> dict[str, str]:
 _ALIASES: Final = _build_alias_table()
 
 
+_SEEN: dict[str, str | None] = {}
+
+
 def product_id(text: str) -> str | None:
     """The canonical id for an id, display name or SoC string; None when unknown."""
-    return _ALIASES.get(alias_key(text))
+    if text in _SEEN:
+        return _SEEN[text]
+    found = _ALIASES.get(alias_key(text))
+    if len(_SEEN) < 1024:  # callers send a handful of spellings; never grow unbounded
+        _SEEN[text] = found
+    return found

@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
 from ._catalog import View
-from ._model import CODE_SEVERITY, DROP_CODES, JSON, Code, Diagnostic, Severity, Source, unset
+from ._model import (
+    CODE_SEVERITY,
+    DROP_CODES,
+    JSON,
+    Code,
+    Diagnostic,
+    Provenance,
+    Severity,
+    Source,
+    unset,
+)
 from ._products import BY_ID, Family
 from ._schema import Mode
 
@@ -63,9 +73,13 @@ class Slot(NamedTuple):
     env_var: str = ""
     detail: str = ""
     all_products: bool = False
+    prov: Provenance | None = None
+    """This slot's provenance when it is known in advance (shared defaults, plain values)."""
 
     def with_rule(self, rule: str) -> Slot:
-        return self if rule in self.rules else self._replace(rules=(*self.rules, rule))
+        if rule in self.rules:
+            return self
+        return self._replace(rules=(*self.rules, rule), prov=None)
 
     @property
     def is_set(self) -> bool:
