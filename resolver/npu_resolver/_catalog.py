@@ -39,7 +39,7 @@ class OptionView:
     pytype: type | None
     """The Python type a value arrives in when no conversion is needed."""
     plain: bool
-    """No alias table and no format check: a value of `pytype` needs only choices and range."""
+    """No alias table: a value of `pytype` needs only choices, range and format checks."""
     fast_choices: frozenset[JSON] | None
     user_rules: tuple[str, ...]
     """Provenance rules of a value the caller set (the defining rule)."""
@@ -57,7 +57,10 @@ class OptionView:
         if choices is not None and raw not in choices:
             return False
         rng = self.range
-        return rng is None or (type(raw) is int and rng.contains(raw))
+        if rng is not None and not (type(raw) is int and rng.contains(raw)):
+            return False
+        check = self.option.validator
+        return check is None or (type(raw) is str and check(raw) is None)
 
     @property
     def acts(self) -> bool:
@@ -108,7 +111,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         and pid not in option.no_default_products,
         blocked_values=blocked,
         pytype=_PYTYPES.get(option.type),
-        plain=not option.aliases and option.validator is None,
+        plain=not option.aliases,
         fast_choices=frozenset(option.choices) if option.choices else None,
         user_rules=(option.rule,),
         user_provenance=Provenance(Source.USER, (option.rule,)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
+from typing import Final
 
 from ._state import State
 
@@ -26,7 +27,49 @@ def _env(env: Mapping[str, str], name: str) -> str:
     return env.get(name, "").strip()
 
 
+PATH_OPTIONS: Final = (
+    "enable_exception_dump",
+    "session_device_id",
+    "debug_dir",
+    "export_compile_stat",
+    "op_compiler_cache_mode",
+    "op_compiler_cache_dir",
+    "external_weight",
+    "aoe_mode",
+    "work_path",
+)
+PATH_ENV: Final = ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH", "ASCEND_CACHE_PATH", "HOME")
+_MEMO: dict[tuple[object, ...], dict[str, str]] = {}
+_MAX_MEMO: Final = 4096
+
+
 def effective_paths(state: State) -> dict[str, str]:
+    """The paths depend on a few values and variables only; the same inputs recur, so the
+    answer for each combination is kept (bounded) and copied out."""
+    slots, env = state.slots, state.env
+    key = (
+        state.workdir,
+        *(env.get(name) for name in PATH_ENV),
+        *(
+            slot.value if (slot := slots.get(name)) is not None else _ABSENT
+            for name in PATH_OPTIONS
+        ),
+    )
+    try:
+        known = _MEMO.get(key)
+    except TypeError:  # an unhashable value: compute without keeping it
+        return _compute(state)
+    if known is None:
+        known = _compute(state)
+        if len(_MEMO) < _MAX_MEMO:
+            _MEMO[key] = known
+    return dict(known)
+
+
+_ABSENT: Final = object()
+
+
+def _compute(state: State) -> dict[str, str]:
     env = state.env
     workdir = state.workdir or WORKDIR
     work_path = _env(env, "ASCEND_WORK_PATH")

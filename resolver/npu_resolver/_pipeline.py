@@ -401,22 +401,21 @@ def _precedence(
     touched = {*explicit, *env_values, *layer.locked, *layer.defaults, *state.refused}
     state.touched = sorted(touched, key=base.order.__getitem__)
     views, slots, undocumented = state.view, state.slots, state.undocumented
-    locked, defaults = layer.locked, layer.defaults
+    others = env_values.keys() | layer.locked.keys() | layer.defaults.keys()
+    new_slot, user = tuple.__new__, Source.USER
     for name in state.touched:
         given = explicit.get(name)
-        if (  # the common case: a caller's value, and nothing else about this option
-            given is not None
-            and name not in env_values
-            and name not in locked
-            and name not in defaults
-        ):
+        if given is not None and name not in others:
+            # The common case: a caller's value and nothing else about this option. Built
+            # with tuple.__new__, the same Slot without the named-tuple constructor's frame.
             value, raw = given
-            requested = _UNSET if value is raw or _same(value, raw) else raw
             view = views[name]
-            if requested is _UNSET:
-                slots[name] = Slot(value, Source.USER, view.user_rules, prov=view.user_provenance)
+            fields: tuple[object, ...]
+            if value is raw or _same(value, raw):
+                fields = (value, user, view.user_rules, _UNSET, "", "", False, view.user_provenance)
             else:
-                slots[name] = Slot(value, Source.USER, view.user_rules, requested)
+                fields = (value, user, view.user_rules, raw, "", "", False, None)
+            slots[name] = new_slot(Slot, fields)
             if undocumented:
                 undocumented.pop(name, None)
             continue

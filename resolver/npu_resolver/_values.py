@@ -139,11 +139,8 @@ def parse(
 ) -> Parsed | Problem:
     """Parse a caller's (or an env var's, `from_text`) value for one product's view."""
     option = view.option
-    if type(raw) is view.pytype and view.plain:
-        rng = view.range
-        in_range = rng is None or (isinstance(raw, int) and rng.contains(raw))
-        if (not option.choices or raw in option.choices) and in_range:
-            return Parsed(raw)
+    if view.accepts_as_is(raw):
+        return Parsed(raw)
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
         return coerced
