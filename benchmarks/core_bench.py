@@ -7,8 +7,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from npu_resolver import CATALOG, ResolveRequest, resolve
