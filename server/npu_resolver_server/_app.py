@@ -240,6 +240,10 @@ async def serve(
 def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool = True) -> int:
     """One worker process's life: logging, metrics, the event loop."""
     _logging.configure(settings.log_level)
+    if settings.tracing:  # per worker, after any fork: span exporters run threads
+        from ._tracing import start_tracing
+
+        start_tracing()
     metrics = None
     if settings.metrics_port:
         metrics = Metrics()

@@ -41,6 +41,7 @@ _FLAGS = (
     "protect_resolve",
     "health_port",
     "log_level",
+    "tracing",
 )
 
 
@@ -104,6 +105,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="plaintext port serving only the health service (for probes when TLS is on)",
     )
     add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="default INFO")
+    add(
+        "--tracing",
+        action="store_true",
+        default=None,
+        help="OpenTelemetry spans for every call, exported as OTEL_* variables say "
+        "(needs: pip install 'npu-config-resolver[tracing]')",
+    )
 
 
 def settings_from_args(namespace: argparse.Namespace) -> ServerSettings:
@@ -125,6 +133,17 @@ def run_serve(namespace: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
         return 2
+    if settings.tracing:
+        from ._tracing import missing_packages
+
+        missing = missing_packages()
+        if missing:
+            print(
+                f"npu-resolve serve: --tracing needs {', '.join(missing)}; "
+                "install them with: pip install 'npu-config-resolver[tracing]'",
+                file=sys.stderr,
+            )
+            return 2
     if settings.workers > 1:
         from ._supervisor import run_workers
 

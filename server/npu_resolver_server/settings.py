@@ -65,6 +65,8 @@ class ServerSettings(BaseSettings):
     health_port: int = Field(default=0, ge=0, le=65535)
     """Plaintext port serving only the health service (for probes when TLS is on); 0 = off."""
     log_level: LogLevel = "INFO"
+    tracing: bool = False
+    """OpenTelemetry tracing of every call (needs the `tracing` extra); off by default."""
 
     @model_validator(mode="after")
     def _check(self) -> ServerSettings:
