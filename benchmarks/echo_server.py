@@ -32,25 +32,10 @@ from npu_resolver_client._convert import resolution_to_proto
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 from npu_resolver_server import PID_METADATA_KEY, ServerSettings
 from npu_resolver_server._app import server_options
+from npu_resolver_server._encode import field
 
 SERVICE: Final = "npu.resolver.v1.Resolver"
 ECHO_PATH_KEY: Final = b"workdir_echo"
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if not value:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field: appending it to a message merges it in."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def prebuilt_response() -> bytes:
