@@ -234,7 +234,7 @@ def test_generated_code_is_current() -> None:
 
 def test_generated_code_imports_no_top_level_npu_package() -> None:
     folder = ROOT / "client" / "npu_resolver_client" / "_proto"
-    for path in folder.rglob("*.py*"):
+    for path in (*folder.rglob("*.py"), *folder.rglob("*.pyi")):
         for line in path.read_text(encoding="utf-8").splitlines():
             stripped = line.strip()
             if stripped.startswith(("import npu", "from npu ", "from npu.")):
