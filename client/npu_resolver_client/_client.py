@@ -284,6 +284,12 @@ class _Settings:
             certificate_chain=self.certificate_chain,
         )
 
+    def open(self, module: Any) -> Any:
+        """A channel from `grpc` or `grpc.aio` (same factory names): TLS when configured."""
+        if self.tls:
+            return module.secure_channel(self.target, self.credentials(), options=self.options)
+        return module.insecure_channel(self.target, options=self.options)
+
     def deadline(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout
 
@@ -319,11 +325,7 @@ class ResolverClient:
             max_message_bytes=max_message_bytes,
             options=options,
         )
-        s = self._settings
-        if s.tls:
-            self._channel = grpc.secure_channel(target, s.credentials(), options=s.options)
-        else:
-            self._channel = grpc.insecure_channel(target, options=s.options)
+        self._channel: grpc.Channel = self._settings.open(grpc)
         self._stub = pb_grpc.ResolverStub(self._channel)
         self.last_server_pid = ""
         """Pid of the server worker that answered the last call (debugging aid)."""
@@ -456,11 +458,7 @@ class AsyncResolverClient:
             max_message_bytes=max_message_bytes,
             options=options,
         )
-        s = self._settings
-        if s.tls:
-            self._channel = grpc.aio.secure_channel(target, s.credentials(), options=s.options)
-        else:
-            self._channel = grpc.aio.insecure_channel(target, options=s.options)
+        self._channel: grpc.aio.Channel = self._settings.open(grpc.aio)
         self._stub = pb_grpc.ResolverStub(self._channel)
         self.last_server_pid = ""
 

@@ -288,10 +288,11 @@ def _bytes_fuzz(target: str, examples: int) -> Counter[str]:
     return codes
 
 
-def test_wire_fuzz(server: ThreadServer, figures: Figures) -> None:
+def _wire_fuzz(server: ThreadServer, figures: Figures, examples: int) -> None:
+    """Random requests and random bytes at the wire; one line of figures."""
     start = time.perf_counter()
-    codes = _wire(server.target, QUICK)
-    raw = _bytes_fuzz(server.target, QUICK)
+    codes = _wire(server.target, examples)
+    raw = _bytes_fuzz(server.target, examples)
     figures(
         "wire fuzz",
         requests=sum(codes.values()),
@@ -301,19 +302,12 @@ def test_wire_fuzz(server: ThreadServer, figures: Figures) -> None:
         byte_codes=dict(raw),
         seconds=round(time.perf_counter() - start, 1),
     )
+
+
+def test_wire_fuzz(server: ThreadServer, figures: Figures) -> None:
+    _wire_fuzz(server, figures, QUICK)
 
 
 @pytest.mark.soak
 def test_wire_fuzz_soak(server: ThreadServer, figures: Figures) -> None:
-    start = time.perf_counter()
-    codes = _wire(server.target, SOAK)
-    raw = _bytes_fuzz(server.target, SOAK)
-    figures(
-        "wire fuzz",
-        requests=sum(codes.values()),
-        byte_payloads=sum(raw.values()),
-        internal=0,
-        struct_codes=dict(codes),
-        byte_codes=dict(raw),
-        seconds=round(time.perf_counter() - start, 1),
-    )
+    _wire_fuzz(server, figures, SOAK)
