@@ -119,8 +119,8 @@ def round_hccl_timeout(state: State) -> None:
     value = slot.value
     rounded = max(68, value // 68 * 68)
     if rounded != value:
-        state.slots["hccl_timeout"] = slot._replace(
-            value=rounded, requested=value, rules=(*slot.rules, "R-HCT-3"), prov=None
+        state.slots["hccl_timeout"] = slot.changed(
+            value=rounded, requested=value, rules=(*slot.rules, "R-HCT-3")
         )
         state.emit(
             Code.ROUNDED,

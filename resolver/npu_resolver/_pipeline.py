@@ -280,7 +280,7 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         if view.range is not None and view.range.rule != default.rule:
             rules += (view.range.rule,)
         slot = Slot(default.value, view.default_source, rules)
-        slots[name] = slot._replace(prov=_provenance(slot))
+        slots[name] = slot.changed(prov=_provenance(slot))
     # The default-stage rules (R-PREC-1: one precision default) act on untouched defaults the
     # same way every time; applying them here keeps a plain request equal to its base.
     untouched = State(pid, mode, catalog.view(pid, mode), {}, False, "", slots=slots)

@@ -76,10 +76,13 @@ class Slot(NamedTuple):
     prov: Provenance | None = None
     """This slot's provenance when it is known in advance (shared defaults, plain values)."""
 
+    def changed(self, **fields: Any) -> Slot:
+        """A copy with `fields` replaced; its provenance is derived again unless given."""
+        fields.setdefault("prov", None)
+        return self._replace(**fields)
+
     def with_rule(self, rule: str) -> Slot:
-        if rule in self.rules:
-            return self
-        return self._replace(rules=(*self.rules, rule), prov=None)
+        return self if rule in self.rules else self.changed(rules=(*self.rules, rule))
 
     @property
     def is_set(self) -> bool:
