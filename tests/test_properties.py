@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npu_resolver import CATALOG, PRODUCTS, Resolution, ResolveRequest, Severity, resolve
+from npu_resolver import (
+    CATALOG,
+    PRODUCTS,
+    Resolution,
+    ResolveRequest,
+    Severity,
+    fingerprint,
+    resolve,
+)
 from npu_resolver._options import NAMED_ENV_VARS
 
 OPTION_NAMES = list(CATALOG.by_name)
@@ -130,3 +140,21 @@ def test_huge_config_is_one_clear_error() -> None:
     result = resolve(ResolveRequest(product="atlas-a2", config=config))
     assert [d.code for d in result.diagnostics] == ["INVALID_VALUE"]
     assert "100000 keys" in result.diagnostics[0].message
+
+
+@FAST
+@given(requests)
+def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) -> None:
+    """The fast path that reuses precomputed fragments hashes exactly the documented text."""
+    result = resolve(request)
+    if result.fingerprint == "":  # refused before resolving: unknown product or profile
+        assert not result.ok and not result.options
+        return
+    text = json.dumps(
+        {"options": result.options, "product": result.product},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    assert result.fingerprint == hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert fingerprint(result.product, result.options) == result.fingerprint

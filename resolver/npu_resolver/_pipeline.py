@@ -55,7 +55,7 @@ def _fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
     if kind is dict or kind is list:
-        return f"{json.dumps(name)}:{_canonical(value)}"
+        return f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:

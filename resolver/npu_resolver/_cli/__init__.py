@@ -103,7 +103,7 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
     return attached
 
 
-def _request(args: argparse.Namespace) -> ResolveRequest:
+def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
     config = _read_config(args.config)
     for name, value in _pairs(args.set, "--set"):
         config[name] = _typed(name, value)
@@ -112,7 +112,7 @@ def _request(args: argparse.Namespace) -> ResolveRequest:
         env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
     env.update(dict(_pairs(args.env, "--env")))
     return ResolveRequest(
-        product=args.product,
+        product=product,
         config=config,
         env=env,
         workdir=args.workdir or "",
@@ -148,7 +148,7 @@ def _print(text: str) -> None:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
-    request = _request(args)
+    request = _request(args, args.product)
     result: Resolution = _transport(args).resolve(request)
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     renderers = {
@@ -193,7 +193,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     if len(args.product) < 2:
         raise UsageError("diff needs at least two --product")
-    request = _request(args)
+    # The diff resolves once per product; the request's own product is the first of them.
+    request = _request(args, args.product[0])
     result = _transport(args).diff(request, args.product)
     _print(
         json.dumps(result.to_json(), indent=2, ensure_ascii=False)
