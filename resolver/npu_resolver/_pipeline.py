@@ -184,18 +184,20 @@ def _read_config(
     return explicit
 
 
-def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
-    """The environment variables that give option values (HCCL_EXEC_TIMEOUT, ...)."""
+def _read_env(
+    state: State, catalog: Catalog
+) -> tuple[dict[str, JSON], dict[str, tuple[str, Problem]]]:
+    """The environment variables that give option values (HCCL_EXEC_TIMEOUT, ...), and those
+    whose text is not a valid value (judged by `_env_problems`, once precedence is known)."""
     values: dict[str, JSON] = {}
+    invalid: dict[str, tuple[str, Problem]] = {}
     for var, option in catalog.env_options.items():
         text = state.env.get(var)
         if text is None:
             continue
         parsed = parse(state.view[option.name], text.strip(), product=state.pid, from_text=True)
         if isinstance(parsed, Problem):
-            message = f"environment variable {var}: {parsed.message}"
-            state.emit(parsed.code, f"env.{var}", option.env_rule, message, parsed.suggestion)
-            state.refused.add(option.name)
+            invalid[option.name] = (var, parsed)
             continue
         values[option.name] = parsed.value
     for var in CACHE_ENV_VARS:  # R-OCC-4: read by the runtime, checked here
@@ -217,7 +219,38 @@ def _read_env(state: State, catalog: Catalog) -> dict[str, JSON]:
                 "R-OCC-4",
                 f"environment variable {var}={show(text)} is not {expected}; fix or unset it.",
             )
-    return values
+    return values, invalid
+
+
+def _env_problems(
+    state: State,
+    invalid: Mapping[str, tuple[str, Problem]],
+    explicit: Mapping[str, tuple[JSON, JSON]],
+    layer: PolicyLayer,
+) -> None:
+    """An invalid variable is an error only where it would give the value. The source: when
+    the option and its variable are both set, the option wins; and an option the product or
+    mode lacks is ignored whatever its variable says."""
+    for name, (var, problem) in invalid.items():
+        view = state.view[name]
+        rule = view.option.env_rule
+        if name in layer.locked or name in explicit:
+            winner = "the policy's lock" if name in layer.locked else f"the explicit {name}"
+            state.emit(
+                Code.ENV_OVERRIDDEN,
+                name,
+                rule,
+                f"{var} is set but {winner} wins, so it has no effect; it is not valid either "
+                f"({problem.message.rstrip('.')}): fix or unset it.",
+            )
+            continue
+        gate = _gate(state, view)
+        if gate is not None:
+            state.emit(*gate)
+            continue
+        message = f"environment variable {var}: {problem.message}"
+        state.emit(problem.code, f"env.{var}", rule, message, problem.suggestion)
+        state.refused.add(name)
 
 
 def _mode(explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer) -> Mode:
@@ -304,6 +337,11 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         options={name: slot.value for name, slot in final.items()},
         fingerprint=_digest(pid, [fragments[name] for name in sorted(final)]),
     )
+
+
+def untouched_options(pid: str, mode: Mode, catalog: Catalog = CATALOG) -> Mapping[str, JSON]:
+    """The effective options when nothing is set: documented defaults after every rule."""
+    return _base(catalog, pid, mode).options
 
 
 def _same(a: JSON, b: JSON) -> bool:
@@ -427,41 +465,50 @@ def _precedence(
             state.slots.pop(name, None)
 
 
+def _gate(state: State, view: OptionView) -> tuple[Code, str, str, str] | None:
+    """Why the product, mode or version drops this option: (code, option, rule, message)."""
+    option = view.option
+    name = option.name
+    if option.unsupported_version:
+        return (
+            Code.DROPPED_UNSUPPORTED_VERSION,
+            name,
+            option.unsupported_rule,
+            f"{name} is not supported in this version (source 900) and has no effect; remove it.",
+        )
+    if not view.product_ok:
+        return (
+            Code.DROPPED_UNSUPPORTED_PRODUCT,
+            name,
+            option.products_rule,
+            f"{name} does not exist on {state.pid} "
+            f"(only {', '.join(sorted(option.products or ()))}); remove it for this product.",
+        )
+    if not view.mode_ok:
+        mode = (
+            "online inference (graph_run_mode 0)"
+            if option.mode is Mode.INFERENCE
+            else "training (graph_run_mode 1)"
+        )
+        return (
+            Code.DROPPED_UNSUPPORTED_MODE,
+            name,
+            option.mode_rule,
+            f"{name} only acts in {mode}; remove it for this mode.",
+        )
+    return None
+
+
 def _gates(state: State) -> None:
     """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
     for name in state.touched:
         view = state.view[name]
         if view.plain_gate or name not in state.slots:
             continue  # acts here and every value is supported: nothing to check
-        option = view.option
-        if option.unsupported_version:
-            state.drop(
-                name,
-                Code.DROPPED_UNSUPPORTED_VERSION,
-                option.unsupported_rule,
-                f"{name} is not supported in this version (source 900) and has no effect; "
-                "remove it.",
-            )
-        elif not view.product_ok:
-            state.drop(
-                name,
-                Code.DROPPED_UNSUPPORTED_PRODUCT,
-                option.products_rule,
-                f"{name} does not exist on {state.pid} "
-                f"(only {', '.join(sorted(option.products or ()))}); remove it for this product.",
-            )
-        elif not view.mode_ok:
-            mode = (
-                "online inference (graph_run_mode 0)"
-                if option.mode is Mode.INFERENCE
-                else ("training (graph_run_mode 1)")
-            )
-            state.drop(
-                name,
-                Code.DROPPED_UNSUPPORTED_MODE,
-                option.mode_rule,
-                f"{name} only acts in {mode}; remove it for this mode.",
-            )
+        gate = _gate(state, view)
+        if gate is not None:
+            code, _, rule, message = gate
+            state.drop(name, code, rule, message)
         elif view.blocked_values:
             _value_gate(state, name, view)
 
@@ -583,7 +630,9 @@ def resolve(
     base = _base(catalog, pid, mode)
     state.slots = dict(base.slots)
     state.undocumented = dict(base.undocumented)
-    env_values = _read_env(state, catalog)
+    env_values, invalid_env = _read_env(state, catalog)
+    if invalid_env:
+        _env_problems(state, invalid_env, explicit, layer)
     _precedence(state, explicit, env_values, layer, base)
     _run(_DEFAULT_RULES, state)
     _undocumented(state)
