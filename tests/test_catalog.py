@@ -94,3 +94,35 @@ def test_every_product_has_a_family_and_its_id_is_its_own_alias() -> None:
     for product in PRODUCTS:
         assert product_id(product.id) == product.id
         assert product.family.value in {"new", "legacy"}
+
+
+def test_description_keeps_a_value_refused_in_one_mode_only_as_a_mode_restriction() -> None:
+    """R-PM-3: force_fp16 is valid in online inference, so it stays an allowed value."""
+    from npu_resolver import describe_catalog
+
+    options = {o["name"]: o for o in describe_catalog("atlas-training")["options"]}
+    support = options["precision_mode"]["products"]["atlas-training"]
+    assert "force_fp16" in support["allowed_values"]
+    assert support["mode_restrictions"] == [
+        {"value": "force_fp16", "mode": "training", "rule": "R-PM-3"}
+    ]
+    # R-PM-4: refused in every mode on this product, so unsupported here.
+    assert support["unsupported_values"] == {
+        "allow_mix_precision_bf16": "R-PM-4",
+        "allow_fp32_to_bf16": "R-PM-4",
+    }
+
+
+def test_description_gives_the_default_that_takes_effect_beside_the_documented_one() -> None:
+    """R-PREC-1: with neither precision option set, precision_mode_v2 carries the default."""
+    from npu_resolver import ResolveRequest, describe_catalog, resolve
+
+    options = {o["name"]: o for o in describe_catalog("atlas-a2")["options"]}
+    precision = options["precision_mode"]["products"]["atlas-a2"]
+    assert precision["defaults"]["training"] == "must_keep_origin_dtype"
+    assert precision["effective_defaults"] == {"training": None, "inference": None}
+    empty = resolve(ResolveRequest(product="atlas-a2"))
+    for name, option in options.items():
+        assert option["products"]["atlas-a2"]["effective_defaults"]["training"] == (
+            empty.options.get(name)
+        ), name

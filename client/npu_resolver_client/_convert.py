@@ -504,9 +504,12 @@ def _support_to_proto(data: Mapping[str, JSON]) -> pb.ProductSupport:
         maximum=py_to_value(data["maximum"]),
         minimum_exclusive=bool(data["minimum_exclusive"]),
         unsupported_values={str(k): str(v) for k, v in data["unsupported_values"].items()},
+        mode_restrictions=[pb.ModeRestriction(**r) for r in data["mode_restrictions"]],
     )
     for mode, default in data["defaults"].items():
         _set_value(message.defaults[mode], default)
+    for mode, default in data["effective_defaults"].items():
+        _set_value(message.effective_defaults[mode], default)
     return message
 
 
@@ -545,6 +548,12 @@ def _support_from_proto(message: pb.ProductSupport) -> dict[str, JSON]:
         "minimum_exclusive": message.minimum_exclusive,
         "defaults": {m: value_to_py(message.defaults[m]) for m in message.defaults},
         "unsupported_values": dict(message.unsupported_values),
+        "effective_defaults": {
+            m: value_to_py(message.effective_defaults[m]) for m in message.effective_defaults
+        },
+        "mode_restrictions": [
+            {"value": r.value, "mode": r.mode, "rule": r.rule} for r in message.mode_restrictions
+        ],
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ._catalog import CATALOG, Catalog, OptionView
 from ._model import JSON
+from ._pipeline import untouched_options
 from ._products import PRODUCTS, Product, product_id
 from ._schema import Mode, Option
 
@@ -31,9 +32,23 @@ def product_json(product: Product) -> dict[str, JSON]:
 def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
     views: dict[Mode, OptionView] = {m: catalog.view(pid, m)[option.name] for m in Mode}
     any_view = views[Mode.TRAINING]
-    blocked: dict[str, str] = {}
-    for view in views.values():
-        blocked.update({str(v): g.rule for v, g in view.blocked_values.items()})
+    # A value is unsupported here when every mode the option acts in refuses it; one refused
+    # in a single mode (force_fp16 is for online inference only) is a mode restriction.
+    acting = {m: v for m, v in views.items() if v.acts} or views
+    refused = {
+        m: {str(value): gate.rule for value, gate in v.blocked_values.items()}
+        for m, v in acting.items()
+    }
+    everywhere = set.intersection(*(set(r) for r in refused.values()))
+    blocked = {
+        value: rule for r in refused.values() for value, rule in r.items() if value in everywhere
+    }
+    restrictions: list[JSON] = [
+        {"value": value, "mode": mode.value, "rule": rule}
+        for mode, r in refused.items()
+        for value, rule in r.items()
+        if value not in everywhere
+    ]
     allowed = [c for c in option.choices if str(c) not in blocked]
     rng = any_view.range
     return {
@@ -48,6 +63,10 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
             for m, v in views.items()
         },
         "unsupported_values": blocked,
+        "effective_defaults": {
+            m.value: untouched_options(pid, m, catalog).get(option.name) for m in views
+        },
+        "mode_restrictions": restrictions,
     }
 
 

@@ -77,10 +77,18 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
         if s["minimum"] is not None or s["maximum"] is not None:
             low = "(" if s["minimum_exclusive"] else "["
             allowed = f"{low}{_value(s['minimum'])}, {_value(s['maximum'])}]"
-        blocked = "; not: " + ", ".join(f"{v} ({r})" for v, r in s["unsupported_values"].items())
+        notes = [f"not {v} ({r})" for v, r in s["unsupported_values"].items()]
+        notes += [f"{r['value']} not in {r['mode']} ({r['rule']})" for r in s["mode_restrictions"]]
+        effective = s["effective_defaults"]
+        if effective != s["defaults"]:
+            left = " / ".join(
+                "absent" if effective[m] is None else _value(effective[m])
+                for m in ("training", "inference")
+            )
+            notes.append(f"when not set: {left} (see the rules)")
         lines.append(
             f"  {pid_:<16} {modes:<20} {defaults:<34} {allowed or 'any'}"
-            + (blocked if s["unsupported_values"] else "")
+            + (f"; {'; '.join(notes)}" if notes else "")
         )
     lines.append("")
     lines.append("  rules:")

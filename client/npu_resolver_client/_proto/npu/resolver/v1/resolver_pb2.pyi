@@ -898,6 +898,27 @@ class ProductSupport(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class EffectiveDefaultsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> _struct_pb2.Value: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _struct_pb2.Value | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUPPORTED_FIELD_NUMBER: _builtins.int
     MODES_FIELD_NUMBER: _builtins.int
     ALLOWED_VALUES_FIELD_NUMBER: _builtins.int
@@ -906,6 +927,8 @@ class ProductSupport(_message.Message):
     MINIMUM_EXCLUSIVE_FIELD_NUMBER: _builtins.int
     DEFAULTS_FIELD_NUMBER: _builtins.int
     UNSUPPORTED_VALUES_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_DEFAULTS_FIELD_NUMBER: _builtins.int
+    MODE_RESTRICTIONS_FIELD_NUMBER: _builtins.int
     supported: _builtins.bool
     """True when the option exists on the product (and in this version)."""
     minimum_exclusive: _builtins.bool
@@ -932,7 +955,20 @@ class ProductSupport(_message.Message):
 
     @_builtins.property
     def unsupported_values(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Value (as text) to the id of the rule that makes it unsupported here."""
+        """Value (as text) to the id of the rule that makes it unsupported here, in every mode the
+        option acts in. A value refused in one mode only is in `mode_restrictions` instead.
+        """
+
+    @_builtins.property
+    def effective_defaults(self) -> _containers.MessageMap[_builtins.str, _struct_pb2.Value]:
+        """Mode to the value the option takes when nothing sets it: the documented default after the
+        rules that act on defaults (R-PREC-1 keeps one precision default, R-SGM-1 drops
+        shape_generalization_mode without jit_compile 'true'); null when it is absent then.
+        """
+
+    @_builtins.property
+    def mode_restrictions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModeRestriction]:
+        """Values accepted in one mode and refused in the other."""
 
     def __init__(
         self,
@@ -945,14 +981,46 @@ class ProductSupport(_message.Message):
         minimum_exclusive: _builtins.bool = ...,
         defaults: _abc.Mapping[_builtins.str, _struct_pb2.Value] | None = ...,
         unsupported_values: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        effective_defaults: _abc.Mapping[_builtins.str, _struct_pb2.Value] | None = ...,
+        mode_restrictions: _abc.Iterable[Global___ModeRestriction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["maximum", b"maximum", "minimum", b"minimum"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_values", b"allowed_values", "defaults", b"defaults", "maximum", b"maximum", "minimum", b"minimum", "minimum_exclusive", b"minimum_exclusive", "modes", b"modes", "supported", b"supported", "unsupported_values", b"unsupported_values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_values", b"allowed_values", "defaults", b"defaults", "effective_defaults", b"effective_defaults", "maximum", b"maximum", "minimum", b"minimum", "minimum_exclusive", b"minimum_exclusive", "mode_restrictions", b"mode_restrictions", "modes", b"modes", "supported", b"supported", "unsupported_values", b"unsupported_values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProductSupport: _TypeAlias = ProductSupport  # noqa: Y015
+
+@_typing.final
+class ModeRestriction(_message.Message):
+    """A value an option accepts in one mode and refuses in the other."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
+    value: _builtins.str
+    """The value, as text."""
+    mode: _builtins.str
+    """The mode that refuses it: `training` or `inference`."""
+    rule: _builtins.str
+    """The id of the rule that refuses it."""
+    def __init__(
+        self,
+        *,
+        value: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        rule: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "rule", b"rule", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModeRestriction: _TypeAlias = ModeRestriction  # noqa: Y015
 
 @_typing.final
 class OptionDescription(_message.Message):
