@@ -10,11 +10,17 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ._model import Code
-from ._products import NEW_FAMILY
+from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._state import State
 
 if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
-    from .attachments import AoeConfig, FusionSwitches, OpDebugConfig, OpPrecisionModes
+    from .attachments import (
+        AoeConfig,
+        CustomDtypes,
+        FusionSwitches,
+        OpDebugConfig,
+        OpPrecisionModes,
+    )
 
 MAX_ISSUES_SHOWN: Final = 20
 
@@ -24,9 +30,19 @@ CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "modify_mixlist": ("R-MML-1",),
     "op_precision_mode": ("R-OPM-2", "R-OPM-3"),
     "fusion_switch_file": ("R-FSF-1", "R-FSF-2"),
-    "customize_dtypes": ("R-CDT-2",),
+    "customize_dtypes": ("R-CDT-2", "R-PREC-2"),
 }
 """Per option that names a file: the rules that read the file's content."""
+
+FORMAT_RULES: Final[Mapping[str, str]] = {
+    "op_debug_config": "R-ODC-1",
+    "aoe_config_file": "R-AOE-7",
+    "modify_mixlist": "R-MML-1",
+    "op_precision_mode": "R-OPM-3",
+    "fusion_switch_file": "R-FSF-2",
+    "customize_dtypes": "R-CDT-2",
+}
+"""Per option that names a file: the rule that describes the file's format."""
 
 
 def _op_debug(state: State, parsed: OpDebugConfig) -> None:
@@ -112,11 +128,35 @@ def _fusion(state: State, parsed: FusionSwitches) -> None:
         )
 
 
+def _dtypes(state: State, parsed: CustomDtypes) -> None:
+    """R-PREC-2: no bfloat16 on the legacy products; an unsupported dtype fails compilation."""
+    if state.pid not in LEGACY_FAMILY:
+        return
+    asking = sorted(
+        {
+            spec.line
+            for specs in (parsed.by_name, parsed.by_type)
+            for spec in specs.values()
+            if "bfloat16" in spec.inputs or "bfloat16" in spec.outputs
+        }
+    )
+    if asking:
+        lines = ", ".join(str(n) for n in asking[:MAX_ISSUES_SHOWN])
+        state.refuse(
+            "customize_dtypes",
+            Code.UNSUPPORTED_VALUE,
+            "R-PREC-2",
+            f"customize_dtypes asks for bfloat16 (line {lines}), which {state.pid} does not "
+            "support, so compilation would fail; use float16 or float32 there.",
+        )
+
+
 _RULES: Final[Mapping[str, Callable[[State, Any], None]]] = {
     "op_debug_config": _op_debug,
     "aoe_config_file": _aoe,
     "op_precision_mode": _op_precision,
     "fusion_switch_file": _fusion,
+    "customize_dtypes": _dtypes,
 }
 
 
@@ -125,7 +165,7 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     from .attachments import FORMATS, MAX_ATTACHMENT_BYTES, decode_attachment
 
     decoded, problem = decode_attachment(text)
-    rule = CONTENT_RULES[option][-1] if option != "op_debug_config" else "R-ODC-1"
+    rule = FORMAT_RULES[option]
     if decoded is None:
         reason = problem.message if problem else f"it is over {MAX_ATTACHMENT_BYTES} bytes"
         state.refuse(option, Code.INVALID_VALUE, rule, f"{option} attachment refused: {reason}")
