@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests._server import grpc_server, grpc_target  # noqa: F401 - shared session fixtures
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
 

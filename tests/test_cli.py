@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from npu_resolver import MAX_OBJECT_DEPTH
+
 CLI = [sys.executable, "-m", "npu_resolver._cli"]
 
 
@@ -229,3 +231,40 @@ def test_policy_check_reports_version_or_problems(tmp_path: Path) -> None:
     proc = run("policy", "check", str(bad))
     assert proc.returncode == 1
     assert "profiles.default.defaults" in proc.stdout and "hccl_timeot" in proc.stdout
+
+
+def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return str(path)
+
+
+def test_remote_config_too_deep_prints_the_report_and_exits_1(
+    grpc_target: str, tmp_path: Path
+) -> None:
+    """The server's read limits are request errors with a report, as in process: exit 1."""
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(MAX_OBJECT_DEPTH + 5):
+        node["a"] = {}
+        node = node["a"]
+    config = _config_file(tmp_path, {"dump_config": deep})
+    for where in ((), ("--server", grpc_target)):
+        proc = run("resolve", "--product", "atlas-a2", "--config", config, *where)
+        assert proc.returncode == 1, proc.stderr
+        assert "INVALID_VALUE" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_remote_diff_refused_by_the_server_exits_1_with_its_message(grpc_target: str) -> None:
+    proc = run("diff", "--product", "atlas-a2", "--product", "atlas-9000", "--server", grpc_target)
+    assert proc.returncode == 1
+    assert "atlas-9000" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(
+    grpc_target: str, tmp_path: Path
+) -> None:
+    config = _config_file(tmp_path, {"debug_dir": "/" + "d" * 2_500_000})
+    proc = run("resolve", "--product", "atlas-a2", "--config", config, "--server", grpc_target)
+    assert proc.returncode == 2
+    assert "RESOURCE_EXHAUSTED" in proc.stderr and "Traceback" not in proc.stderr

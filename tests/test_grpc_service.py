@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from grpc_status import rpc_status
 
 import npu_resolver
-from npu_resolver import Resolution, ResolveRequest, resolve
+from npu_resolver import MAX_OBJECT_DEPTH, Code, Resolution, ResolveRequest, resolve
 from npu_resolver_client import (
     AsyncResolverClient,
     ResolveError,
@@ -176,16 +176,48 @@ def replace_validate(request_: ResolveRequest) -> ResolveRequest:
     return replace(request_, validate_only=True)
 
 
-def test_batch_item_out_of_limits_fails_alone(client: ResolverClient) -> None:
+def _nested(levels: int) -> dict[str, Any]:
     deep: dict[str, Any] = {}
     node = deep
-    for _ in range(20):
+    for _ in range(levels):
         node["a"] = {}
         node = node["a"]
-    results = client.resolve_batch([ResolveRequest("atlas-a2", {"dump_config": deep}), GOOD])
-    assert isinstance(results[0], ResolveFailure) and results[0].resolution is None
+    return deep
+
+
+def test_batch_item_out_of_limits_fails_alone(client: ResolverClient) -> None:
+    results = client.resolve_batch(
+        [ResolveRequest("atlas-a2", {"dump_config": _nested(MAX_OBJECT_DEPTH + 5)}), GOOD]
+    )
+    assert isinstance(results[0], ResolveFailure) and results[0].resolution is not None
     assert "nested deeper" in results[0].message
+    assert [(d.code, d.option) for d in results[0].resolution.errors] == [
+        (Code.INVALID_VALUE, "config")
+    ]
     assert isinstance(results[1], Resolution)
+
+
+def test_validate_only_reports_a_config_too_deep_to_read_with_status_ok(
+    client: ResolverClient,
+) -> None:
+    """The contract: validate_only never fails at the transport level."""
+    report = client.resolve_request(
+        ResolveRequest(
+            "atlas-a2", {"dump_config": _nested(MAX_OBJECT_DEPTH + 5)}, validate_only=True
+        )
+    )
+    assert not report.ok
+    assert [(d.code, d.option) for d in report.errors] == [(Code.INVALID_VALUE, "config")]
+
+
+def test_an_object_the_server_reads_is_judged_as_in_process(client: ResolverClient) -> None:
+    """Every depth the wire carries is one the core judges itself, so both say the same."""
+    for levels in (MAX_OBJECT_DEPTH - 1, MAX_OBJECT_DEPTH):
+        request_ = ResolveRequest("atlas-a2", {"dump_config": _nested(levels)}, validate_only=True)
+        local = npu_resolver.resolve(request_)
+        assert client.resolve_request(request_).to_json() == local.to_json()
+    too_deep = ResolveRequest("atlas-a2", {"dump_config": _nested(MAX_OBJECT_DEPTH)})
+    assert [d.option for d in npu_resolver.resolve(too_deep).errors] == ["dump_config"]
 
 
 def test_diff(client: ResolverClient) -> None:

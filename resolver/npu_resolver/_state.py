@@ -88,6 +88,11 @@ class Slot(NamedTuple):
     def is_set(self) -> bool:
         return self.source in SET_SOURCES
 
+    @property
+    def asked(self) -> JSON:
+        """What the caller wrote: the requested form when it differs, else the value."""
+        return self.value if self.requested is _UNSET else self.requested
+
 
 @dataclass(slots=True)
 class State:
@@ -147,9 +152,12 @@ class State:
             if slot is not None:
                 self.slots[name] = slot.with_rule(rule)
             return
-        requested = slot.value if slot.is_set else unset()
         self.slots[name] = Slot(
-            value, Source.DERIVED, (*slot.rules, rule), requested=requested, detail=detail
+            value,
+            Source.DERIVED,
+            slot.rules if rule in slot.rules else (*slot.rules, rule),
+            requested=slot.asked if slot.is_set else unset(),
+            detail=detail,
         )
         self.emit(Code.FORCED, name, rule, message)
 

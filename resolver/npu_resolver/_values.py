@@ -15,7 +15,9 @@ from ._catalog import OptionView
 from ._model import JSON, Code
 from ._schema import Option, OptType
 
-MAX_OBJECT_DEPTH: Final = 32
+MAX_OBJECT_DEPTH: Final = 16
+"""Nesting of an object value. A server reads configs two levels deeper (the config, and one
+level too deep), so the core judges every object the wire carries, as it does in process."""
 MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})

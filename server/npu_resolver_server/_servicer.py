@@ -143,6 +143,27 @@ def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
     )
 
 
+def _config_refused(
+    message_: pb.ResolveRequest, refused: _RefusedError, policy: npu_resolver.PolicyLike | None
+) -> Resolution:
+    """The report for a request whose config cannot be taken (too deep, too wide, not JSON)."""
+    return Resolution(
+        ok=False,
+        product=npu_resolver.product_id(message_.product) or "",
+        options={},
+        provenance={},
+        diagnostics=(
+            npu_resolver.Diagnostic(
+                Severity.ERROR, npu_resolver.Code.INVALID_VALUE, "config", "", str(refused)
+            ),
+        ),
+        paths={},
+        catalog_version=npu_resolver.CATALOG_VERSION,
+        policy_version=policy.version if policy is not None else "",
+        fingerprint="",
+    )
+
+
 def _batch_item(answer: Answer) -> bytes:
     """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
     if answer.code is grpc.StatusCode.OK:
@@ -267,9 +288,15 @@ class ResolverService:
         if cached is not None:
             return cached
         try:
-            request = self._request(parsed if parsed is not None else parse(pb.ResolveRequest, raw))
+            message_ = parsed if parsed is not None else parse(pb.ResolveRequest, raw)
+            request = self._request(message_)
         except _RefusedError as refused:
-            return refused.answer()
+            if refused.reason != "REQUEST_LIMIT":
+                return refused.answer()  # not a ResolveRequest at all
+            # Read, but its config cannot be taken: a report like any other error, so that
+            # validate_only still answers OK and a client gets the full response.
+            report = _config_refused(message_, refused, policy)
+            return resolution_answer(report, message_.validate_only)
         answer = resolution_answer(
             npu_resolver.resolve(request, policy=policy), request.validate_only
         )

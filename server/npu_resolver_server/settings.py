@@ -12,6 +12,8 @@ from typing import Final, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from npu_resolver import MAX_OBJECT_DEPTH
+
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
 DEFAULT_METRICS_PORT: Final = 9464
@@ -19,8 +21,10 @@ DEFAULT_METRICS_PORT: Final = 9464
 DEFAULT_GRACE_SECONDS: Final = 20.0
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_CACHE_ENTRIES: Final = 4096
-DEFAULT_MAX_STRUCT_DEPTH: Final = 16
-"""JSON nesting levels in a config (protobuf itself stops near 30: every level is 3 messages)."""
+DEFAULT_MAX_STRUCT_DEPTH: Final = MAX_OBJECT_DEPTH + 2
+"""JSON nesting levels in a config: the config, and one level beyond what the core accepts in an
+option's value, so that the core reports that level itself (protobuf stops near 30 levels:
+every level is 3 messages)."""
 DEFAULT_MAX_STRUCT_KEYS: Final = 10_000
 HEALTH_SERVICE: Final = "npu.resolver.v1.Resolver"
 """The gRPC service name; the standard health service reports it (and "") as SERVING."""

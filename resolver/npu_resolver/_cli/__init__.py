@@ -20,7 +20,7 @@ from .._model import JSON, Resolution, ResolveRequest
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
 from ._render import FORMATS, render_env, render_json, render_python, render_table
-from ._transport import InProcess, Remote, Transport, UnreachableError
+from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableError
 
 if TYPE_CHECKING:
     from .._policy import Policy
@@ -322,5 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnreachableError as exc:
         sys.stderr.write(f"npu-resolve: server unreachable: {exc}\n")
         return EXIT_UNREACHABLE
+    except RefusedError as exc:
+        sys.stderr.write(f"npu-resolve: {exc}\n")
+        return exc.exit_status
     except BrokenPipeError:
         return EXIT_OK

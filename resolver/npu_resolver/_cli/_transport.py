@@ -21,6 +21,14 @@ class UnreachableError(Exception):
     """The server could not be reached (exit status 3)."""
 
 
+class RefusedError(Exception):
+    """The server answered the call with a failure that carries no report."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
 class Transport(Protocol):
     def resolve(self, request: ResolveRequest) -> Resolution: ...
 
@@ -68,17 +76,27 @@ class Remote:
 
     def __init__(self, target: str, timeout: float = 10.0) -> None:
         try:
-            from npu_resolver_client import ResolverClient, ResolverUnavailable
+            from npu_resolver_client import ResolverClient
         except ImportError as exc:  # pragma: no cover - the client ships with the package
             raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
-        self._unavailable = ResolverUnavailable
         self._client = ResolverClient(target, timeout=timeout)
 
     def _call(self, method: str, *args: Any) -> Any:
+        """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
+        be reached, 1 when it says the request has errors, 2 for any other refusal."""
+        import grpc
+
+        from npu_resolver_client import ResolverClientError, ResolverUnavailable
+
         try:
             return getattr(self._client, method)(*args)
-        except self._unavailable as exc:
+        except ResolverUnavailable as exc:
             raise UnreachableError(str(exc)) from exc
+        except ResolverClientError as exc:
+            if getattr(exc, "resolution", None) is not None:
+                raise  # the request has errors, and this is the server's full report
+            status = 1 if exc.code is grpc.StatusCode.INVALID_ARGUMENT else 2
+            raise RefusedError(f"the server refused the call: {exc}", status) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         from npu_resolver_client import ResolveError
@@ -86,8 +104,8 @@ class Remote:
         try:
             result: Resolution = self._call("resolve_request", request)
         except ResolveError as exc:
-            if exc.resolution is None:
-                raise UnreachableError(f"the server refused the request: {exc}") from exc
+            if exc.resolution is None:  # `_call` already turned these into RefusedError
+                raise RefusedError(f"the server refused the call: {exc}", 2) from exc
             return exc.resolution
         return result
 
