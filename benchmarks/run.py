@@ -170,6 +170,12 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return chosen
 
 
+def _cpu_ratio(echo: dict[str, Any], result: dict[str, Any]) -> float | None:
+    """Echo's server CPU per call over this server's: 1.0 is the transport's own cost."""
+    mine, ceiling = result["server_cpu_us_per_call"], echo["server_cpu_us_per_call"]
+    return round(ceiling / mine, 2) if mine and ceiling else None
+
+
 def _limit(result: dict[str, Any], nproc: int) -> str:
     """What bounds a run, from the CPU the client and the servers used in it."""
     client = float(result["client_cpu_cores"])
@@ -243,6 +249,9 @@ def measure(plan: Plan, log_dir: Path) -> dict[str, Any]:
                 out[f"server_p99_ms_n{n}{suffix}"] = result["p99_ms"]
                 out[f"ratio_to_echo_n{n}{suffix}"] = round(result["rps"] / echo["rps"], 2)
                 out[f"server_cpu_us_per_call_n{n}{suffix}"] = result["server_cpu_us_per_call"]
+                # The same ratio by server CPU per call: what the client process and the rest
+                # of the machine do during a run moves it far less than req/s.
+                out[f"cpu_ratio_to_echo_n{n}{suffix}"] = _cpu_ratio(echo, result)
             out[f"echo_rps_n{n}"] = echo["rps"]
             out[f"echo_p50_ms_n{n}"] = echo["p50_ms"]
             out[f"echo_p99_ms_n{n}"] = echo["p99_ms"]
@@ -355,9 +364,9 @@ def table(r: dict[str, Any]) -> str:
         + ", ".join(f"N={n}: {r['plan']['requests'][str(n)]:,}" for n in INFLIGHT)
         + (f"; median of {r['plan']['rounds']} rounds" if r["plan"]["rounds"] > 1 else ""),
     ]
-    widths = (4, 8, 9, 8, 8, 6, 4, 8, 12, 11)
+    widths = (4, 8, 9, 8, 8, 6, 4, 8, 12, 11, 11)
     header = ("N", "server", "req/s", "p50 ms", "p99 ms", "errors", "lost", "vs echo")
-    lines.append(_row((*header, "CPU µs/call", "other CPU"), widths))
+    lines.append(_row((*header, "CPU µs/call", "CPU vs echo", "other CPU"), widths))
     for n in INFLIGHT:
         point = r["points"][str(n)]
         for kind in ("echo", "distinct", "repeat"):
@@ -376,6 +385,7 @@ def table(r: dict[str, Any]) -> str:
                         p["lost"],
                         ratio,
                         "" if cpu is None else f"{cpu:,.0f}",
+                        "1.00" if kind == "echo" else f"{_cpu_ratio(point['echo'], p) or '':}",
                         f"{p['other_cpu_cores'] or 0:.2f} cores",
                     ),
                     widths,
@@ -383,8 +393,9 @@ def table(r: dict[str, Any]) -> str:
             )
     lines.append(f"  repeat: {r['repeat_mix']}")
     lines.append(
-        "  CPU µs/call: server CPU per call; other CPU: cores busy with processes other than the "
-        "client and the server"
+        "  CPU µs/call: server CPU per call; CPU vs echo: echo's CPU per call over this server's "
+        "(steadier than req/s); other CPU: cores busy with processes other than the client and "
+        "the server"
     )
     if r["other_cpu_cores_max"] > 0.2:
         lines.append(
