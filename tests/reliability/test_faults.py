@@ -166,6 +166,9 @@ async def _kill_a_worker(server: ProcessServer, seconds: float) -> dict[str, Any
         for client in clients:
             await client.resolve("atlas-a2")
             landed[client.last_server_pid] += 1
+        own = {str(e["worker_pid"]) for e in server.events("worker_started")}
+        # Another process listening on the same port with SO_REUSEPORT would take calls too.
+        assert set(landed) <= own, f"calls answered by {set(landed) - own}, not this server"
         victim = int(landed.most_common(1)[0][0])
         deadline = time.monotonic() + seconds
 
