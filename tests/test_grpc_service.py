@@ -557,3 +557,18 @@ def test_metrics_count_calls() -> None:
         )
         assert value("npu_resolver_request_latency_seconds_count", {"method": "Resolve"}) == 2
         assert value("npu_resolver_policy_info", {"version": ""}) == 1
+
+
+def test_batch_whose_reply_would_not_fit_is_refused_with_the_reason() -> None:
+    """Better a clear RESOURCE_EXHAUSTED naming the limit than gRPC failing to send the reply."""
+    settings = ServerSettings(port=0, max_message_bytes=64 * 1024)
+    requests = [
+        ResolveRequest("atlas-a2", {"hccl_timeout": 600 + i}, workdir=f"/jobs/{i}")
+        for i in range(200)
+    ]
+    with ThreadServer(settings) as server, ResolverClient(server.target) as client:
+        with pytest.raises(ResolverCallError) as info:
+            client.resolve_batch(requests)
+        assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "send smaller batches" in info.value.details
+        assert len(client.resolve_batch(requests[:10])) == 10  # a batch that fits still works

@@ -142,7 +142,9 @@ def create_server(
         store,
         cache=cache,
         metrics=metrics,
-        limits=Limits(settings.max_struct_depth, settings.max_struct_keys),
+        limits=Limits(
+            settings.max_struct_depth, settings.max_struct_keys, settings.max_message_bytes
+        ),
     )
     interceptors = []
     if settings.admin_token_file is not None:

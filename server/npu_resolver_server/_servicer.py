@@ -36,7 +36,12 @@ from ._cache import Answer, AnswerCache
 from ._encode import encode_resolution, field, length_delimited
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
-from .settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS, PID_METADATA_KEY
+from .settings import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_STRUCT_DEPTH,
+    DEFAULT_MAX_STRUCT_KEYS,
+    PID_METADATA_KEY,
+)
 
 SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
@@ -54,6 +59,7 @@ Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 class Limits:
     max_depth: int = DEFAULT_MAX_STRUCT_DEPTH
     max_keys: int = DEFAULT_MAX_STRUCT_KEYS
+    max_reply_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 class _RefusedError(Exception):
@@ -316,6 +322,7 @@ class ResolverService:
         policy = self._policy()  # one snapshot for the whole batch
         version = policy.version if policy is not None else ""
         parts: list[bytes] = []
+        size = 0
         failed = 0
         codes: set[str] = set()
         for index, item in enumerate(items):
@@ -331,6 +338,17 @@ class ResolverService:
             failed += answer.code is not grpc.StatusCode.OK
             codes.update(answer.codes)
             parts.append(field(1, _batch_item(answer)))
+            size += len(parts[-1])
+            if size > self.limits.max_reply_bytes:  # gRPC would refuse to send it after all
+                return Answer(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    message=(
+                        f"the reply to this batch would exceed the {self.limits.max_reply_bytes} "
+                        f"byte message limit after {index + 1} of {len(items)} items; "
+                        "send smaller batches"
+                    ),
+                    ok=False,
+                )
         if self.metrics is not None:
             self.metrics.batch(len(parts) - failed, failed)
         parts.append(field(2, version.encode()) if version else b"")

@@ -7,9 +7,11 @@ The NPURunConfig resolver service.
 A caller sends a partial NPURunConfig for one Ascend product with the job's environment, and
 gets back the effective config: every option's value, where it came from (provenance), the
 documented rules that decided it, and diagnostics. The response is the resolver core's
-result on the wire: its proto3 JSON mapping with proto field names equals the JSON the CLI
-prints (`npu-resolve resolve --format json`), except that enum values appear here with their
-prefix (SEVERITY_ERROR, SOURCE_USER) and in the CLI's JSON by their bare names (ERROR, USER).
+result on the wire: its proto3 JSON mapping with proto field names, printing fields that hold
+their default value (`ok: false`, empty strings; in Python json_format's
+always_print_fields_with_no_presence), equals the JSON the CLI prints (`npu-resolve resolve
+--format json`), except that enum values appear here with their prefix (SEVERITY_ERROR,
+SOURCE_USER) and in the CLI's JSON by their bare names (ERROR, USER).
 
 Every response carries the answering worker's process id in the trailing metadata key
 `x-npu-resolver-pid` (a debugging aid; it is not part of any message, so the message stays
