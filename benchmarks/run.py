@@ -176,6 +176,10 @@ def _cpu_ratio(echo: dict[str, Any], result: dict[str, Any]) -> float | None:
     return round(ceiling / mine, 2) if mine and ceiling else None
 
 
+def _shown(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}"
+
+
 def _limit(result: dict[str, Any], nproc: int) -> str:
     """What bounds a run, from the CPU the client and the servers used in it."""
     client = float(result["client_cpu_cores"])
@@ -385,7 +389,7 @@ def table(r: dict[str, Any]) -> str:
                         p["lost"],
                         ratio,
                         "" if cpu is None else f"{cpu:,.0f}",
-                        "1.00" if kind == "echo" else f"{_cpu_ratio(point['echo'], p) or '':}",
+                        _shown(1.0 if kind == "echo" else _cpu_ratio(point["echo"], p)),
                         f"{p['other_cpu_cores'] or 0:.2f} cores",
                     ),
                     widths,
