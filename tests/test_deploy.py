@@ -362,13 +362,15 @@ def test_grace_period_covers_pre_stop_and_drain(
     objects = rendered[target]
     container = _container(objects)
     pod = _pod_spec(objects)
-    drain = float(_env(container).get("NPU_RESOLVER_GRACE_SECONDS", settings.DEFAULT_GRACE_SECONDS))
+    env = _env(container)
+    drain = float(env.get("NPU_RESOLVER_GRACE_SECONDS", settings.DEFAULT_GRACE_SECONDS))
+    delay = float(env.get("NPU_RESOLVER_DRAIN_DELAY_SECONDS", settings.DEFAULT_DRAIN_DELAY_SECONDS))
     pre_stop = _pre_stop_sleep(container)
     assert pre_stop > 0, "a preStop pause lets endpoints and DNS drop the pod before SIGTERM"
     grace = pod["terminationGracePeriodSeconds"]
-    assert grace > pre_stop + drain, (
+    assert grace > pre_stop + delay + drain, (
         f"{target}: terminationGracePeriodSeconds {grace} must exceed "
-        f"preStop {pre_stop} s + drain {drain} s"
+        f"preStop {pre_stop} s + NOT_SERVING delay {delay} s + drain {drain} s"
     )
 
 

@@ -71,6 +71,28 @@ def test_health_watch_sees_not_serving_when_draining() -> None:
         assert server.wait() == 0
 
 
+def test_health_check_says_not_serving_while_calls_are_still_answered() -> None:
+    """The drain delay: a probe sees NOT_SERVING after SIGTERM, and calls still get answers,
+    so a health-checking balancer moves traffic away before new calls are refused."""
+    with ProcessServer(["--drain-delay-seconds", "3", "--grace-seconds", "5"]) as server:
+        with grpc.insecure_channel(server.target) as channel, ResolverClient(server.target) as c:
+            stub = health_pb2_grpc.HealthStub(channel)
+            check = health_pb2.HealthCheckRequest(service=HEALTH_SERVICE)
+            assert stub.Check(check, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+            server.signal(signal.SIGTERM)
+            server.wait_for("draining")
+            deadline = time.monotonic() + 2
+            status = health_pb2.HealthCheckResponse.SERVING
+            while status == health_pb2.HealthCheckResponse.SERVING and time.monotonic() < deadline:
+                status = stub.Check(check, timeout=5).status
+                time.sleep(0.05)
+            assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert c.resolve_request(GOOD).options["hccl_timeout"] == 544  # still answering
+        began = time.monotonic()
+        assert server.wait() == 0
+        assert time.monotonic() - began < 3 + 5
+
+
 def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:
     bad = tmp_path / "policy.toml"
     bad.write_text("[profiles.default.defaults]\nno_such_option = 1\n")

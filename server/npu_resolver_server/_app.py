@@ -104,7 +104,7 @@ class ResolverServer:
             return
         self._stopped = True
         grace = self.settings.grace_seconds if grace is None else grace
-        await self.health.enter_graceful_shutdown()
+        await self.health.enter_graceful_shutdown()  # a no-op when the delay already did it
         await self.store.stop_watching()
         stops = [self.server.stop(grace)]
         if self.health_server is not None:
@@ -195,8 +195,11 @@ async def serve(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
+    now = asyncio.Event()
+
     def on_stop(signum: int) -> None:
         if stop.is_set():  # a second signal: stop now
+            now.set()
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -207,6 +210,7 @@ async def serve(
                 "fields": {
                     "event": "draining",
                     "signal": signal.Signals(signum).name,
+                    "drain_delay_seconds": settings.drain_delay_seconds,
                     "grace_seconds": settings.grace_seconds,
                 }
             },
@@ -231,6 +235,12 @@ async def serve(
         },
     )
     await stop.wait()
+    if settings.drain_delay_seconds > 0:
+        # NOT_SERVING first, still answering: balancers that check health move traffic away
+        # before new calls are refused. A second signal cuts the delay short.
+        await built.health.enter_graceful_shutdown()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(now.wait(), settings.drain_delay_seconds)
     await built.stop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(Exception):

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .settings import (
+    DEFAULT_DRAIN_DELAY_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -31,6 +32,7 @@ _FLAGS = (
     "policy",
     "metrics_port",
     "grace_seconds",
+    "drain_delay_seconds",
     "max_message_bytes",
     "max_concurrent_rpcs",
     "cache_entries",
@@ -69,6 +71,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
         help=f"drain period on SIGTERM (default {DEFAULT_GRACE_SECONDS}; env {env}GRACE_SECONDS)",
+    )
+    add(
+        "--drain-delay-seconds",
+        type=float,
+        metavar="S",
+        help="on SIGTERM, NOT_SERVING while still answering this long before the drain "
+        f"(default {DEFAULT_DRAIN_DELAY_SECONDS}; env {env}DRAIN_DELAY_SECONDS)",
     )
     add(
         "--max-message-bytes",

@@ -19,6 +19,8 @@ DEFAULT_PORT: Final = 50051
 DEFAULT_METRICS_PORT: Final = 9464
 """The conventional metrics port; metrics are off unless --metrics-port is given."""
 DEFAULT_GRACE_SECONDS: Final = 20.0
+DEFAULT_DRAIN_DELAY_SECONDS: Final = 1.0
+"""After SIGTERM, how long health says NOT_SERVING while calls are still accepted."""
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_CACHE_ENTRIES: Final = 4096
 DEFAULT_MAX_STRUCT_DEPTH: Final = MAX_OBJECT_DEPTH + 2
@@ -51,6 +53,9 @@ class ServerSettings(BaseSettings):
     """Prometheus metrics HTTP port; 0 = off."""
     grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0)
     """Drain period on SIGTERM/SIGINT: in-flight calls get this long to finish."""
+    drain_delay_seconds: float = Field(default=DEFAULT_DRAIN_DELAY_SECONDS, ge=0)
+    """Before the drain: health reports NOT_SERVING and calls are still answered, so that
+    health-checking balancers move traffic away before new calls are refused."""
     max_message_bytes: int = Field(default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024)
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
     max_struct_depth: int = Field(default=DEFAULT_MAX_STRUCT_DEPTH, ge=1)
