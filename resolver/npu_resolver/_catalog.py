@@ -59,6 +59,8 @@ class OptionView:
         rng = self.range
         if rng is not None and not (type(raw) is int and rng.contains(raw)):
             return False
+        if type(raw) is int and not -_MAX_EXACT_INT <= raw <= _MAX_EXACT_INT:
+            return False  # parse() says why
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)
 
@@ -68,6 +70,7 @@ class OptionView:
 
 
 View = Mapping[str, OptionView]
+_MAX_EXACT_INT: Final = 2**53  # _values.MAX_EXACT_INT (which imports this module)
 
 
 _PYTYPES: Final[Mapping[OptType, type]] = {

@@ -18,6 +18,9 @@ from ._schema import Option, OptType
 MAX_OBJECT_DEPTH: Final = 16
 """Nesting of an object value. A server reads configs two levels deeper (the config, and one
 level too deep), so the core judges every object the wire carries, as it does in process."""
+MAX_EXACT_INT: Final = 2**53
+"""Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
+an answer must read back as it was given, so larger ones are refused."""
 MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
@@ -61,18 +64,21 @@ def _json_text(value: JSON) -> str:
     return str(value)
 
 
-def _too_deep(value: JSON) -> bool:
-    """Iterative depth check: a pass-through object must not be nested without bound."""
+def _unfit(value: JSON) -> str | None:
+    """Why a pass-through value cannot be taken (nested without bound, or holding an integer
+    JSON cannot carry exactly), or None. Iterative, so any depth is safe to look at."""
     stack: list[tuple[JSON, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_OBJECT_DEPTH:
-            return True
+            return f"nested at most {MAX_OBJECT_DEPTH} deep"
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
-    return False
+        elif type(item) is int and not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
+            return "free of integers beyond ±2^53 (JSON numbers cannot carry them exactly)"
+    return None
 
 
 def _invalid(option: Option, value: JSON, expected: str, suggestion: str = "") -> Problem:
@@ -92,7 +98,7 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
             return _invalid(option, raw, "an integer")
         if isinstance(raw, int):
             return raw, False
-        if isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
+        if isinstance(raw, float) and raw.is_integer() and abs(raw) <= MAX_EXACT_INT:
             return int(raw), True
         if isinstance(raw, str) and _INT_TEXT.fullmatch(raw.strip()):
             return int(raw.strip()), True
@@ -118,11 +124,13 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
     if kind is OptType.OBJECT:
         if not isinstance(raw, dict):
             return _invalid(option, raw, "a config object")
-        if _too_deep(raw):
-            return _invalid(option, "{...}", f"an object nested at most {MAX_OBJECT_DEPTH} deep")
+        reason = _unfit(raw)
+        if reason is not None:
+            return _invalid(option, "{...}", f"an object {reason}")
         return raw, False
-    if _too_deep(raw):
-        return _invalid(option, "...", f"a value nested at most {MAX_OBJECT_DEPTH} deep")
+    reason = _unfit(raw)
+    if reason is not None:
+        return _invalid(option, "...", f"a value {reason}")
     return raw, False
 
 
@@ -179,6 +187,8 @@ def parse(
             f"{option.name} {value} is outside {rng.text()} on {product}; "
             "use a value in that range.",
         )
+    if type(value) is int and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+        return _invalid(option, value, "an integer within ±2^53 (JSON cannot carry it exactly)")
     if option.validator is not None and isinstance(value, str):
         reason = option.validator(value)
         if reason is not None:

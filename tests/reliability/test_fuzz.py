@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npu_resolver import CATALOG, PRODUCTS, Resolution, ResolveRequest, resolve
+from npu_resolver import CATALOG, PRODUCTS, Code, Resolution, ResolveRequest, resolve
 from npu_resolver._options import NAMED_ENV_VARS
 from npu_resolver_client import ResolveError, ResolverClient
 from npu_resolver_client._convert import LimitError, request_from_proto, request_to_proto
@@ -198,17 +198,13 @@ def _wire_one(client: ResolverClient, channel: grpc.Channel, request: ResolveReq
     try:
         remote = client.resolve_request(request)
     except ResolveError as error:  # INVALID_ARGUMENT: the report rides in the status details
-        if decoded is None:  # refused before resolving: no report
-            assert error.resolution is None and error.violations, error.details
-            remote = None
-        else:
-            assert error.resolution is not None, error.details
-            remote = error.resolution
-            assert not remote.ok and not request.validate_only
-    if decoded is None:
-        assert remote is None, "a request over the limits was resolved"
+        assert error.resolution is not None and error.violations, error.details
+        remote = error.resolution
+        assert not remote.ok and not request.validate_only
+    if decoded is None:  # over the server's read limits: reported on `config`, not resolved
+        assert [(d.code, d.option) for d in remote.errors] == [(Code.INVALID_VALUE, "config")]
+        assert not remote.options
     else:
-        assert remote is not None
         local = resolve(decoded)
         assert remote.fingerprint == local.fingerprint
         assert _canonical(remote) == _canonical(local)
