@@ -114,15 +114,20 @@ def test_description_keeps_a_value_refused_in_one_mode_only_as_a_mode_restrictio
 
 
 def test_description_gives_the_default_that_takes_effect_beside_the_documented_one() -> None:
-    """R-PREC-1: with neither precision option set, precision_mode_v2 carries the default."""
-    from npu_resolver import ResolveRequest, describe_catalog, resolve
+    """R-PREC-1 keeps one precision default, R-SGM-1 drops shape_generalization_mode without
+    jit_compile 'true', and online inference is graph_run_mode 0."""
+    from npu_resolver import describe_catalog
 
-    options = {o["name"]: o for o in describe_catalog("atlas-a2")["options"]}
-    precision = options["precision_mode"]["products"]["atlas-a2"]
-    assert precision["defaults"]["training"] == "must_keep_origin_dtype"
-    assert precision["effective_defaults"] == {"training": None, "inference": None}
-    empty = resolve(ResolveRequest(product="atlas-a2"))
-    for name, option in options.items():
-        assert option["products"]["atlas-a2"]["effective_defaults"]["training"] == (
-            empty.options.get(name)
-        ), name
+    options = {
+        o["name"]: o["products"]["atlas-a2"] for o in describe_catalog("atlas-a2")["options"]
+    }
+    assert options["precision_mode"]["defaults"]["training"] == "must_keep_origin_dtype"
+    assert options["precision_mode"]["effective_defaults"] == {"training": None, "inference": None}
+    assert options["precision_mode_v2"]["effective_defaults"] == {
+        "training": "origin",
+        "inference": "fp16",
+    }
+    assert options["shape_generalization_mode"]["defaults"]["training"] == "STRICT"
+    assert options["shape_generalization_mode"]["effective_defaults"]["training"] is None
+    assert options["graph_run_mode"]["effective_defaults"] == {"training": 1, "inference": 0}
+    assert options["hccl_timeout"]["effective_defaults"] == {"training": 1836, "inference": 1836}

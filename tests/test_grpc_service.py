@@ -572,3 +572,24 @@ def test_batch_whose_reply_would_not_fit_is_refused_with_the_reason() -> None:
         assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "send smaller batches" in info.value.details
         assert len(client.resolve_batch(requests[:10])) == 10  # a batch that fits still works
+
+
+def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
+    """The versions written after the items count too: a reply never exceeds the limit."""
+    one = [ResolveRequest("atlas-a2", {"hccl_timeout": 600}, workdir="/jobs/0")]
+    with ThreadServer(ServerSettings(port=0)) as server, ResolverClient(server.target) as client:
+        items = len(client.resolve_batch(one * 3))
+        assert items == 3
+        raw = pb.ResolveBatchRequest(requests=[request_to_proto(r) for r in one * 3])
+        with grpc.insecure_channel(server.target) as channel:
+            call = channel.unary_unary("/npu.resolver.v1.Resolver/ResolveBatch")
+            exact = len(call(raw.SerializeToString(), timeout=10))
+    for limit, fits in ((exact, True), (exact - 1, False)):
+        settings = ServerSettings(port=0, max_message_bytes=limit)
+        with ThreadServer(settings) as server, ResolverClient(server.target) as client:
+            if fits:
+                assert len(client.resolve_batch(one * 3)) == 3
+            else:
+                with pytest.raises(ResolverCallError) as info:
+                    client.resolve_batch(one * 3)
+                assert "send smaller batches" in info.value.details

@@ -239,3 +239,17 @@ def test_generated_code_imports_no_top_level_npu_package() -> None:
             stripped = line.strip()
             if stripped.startswith(("import npu", "from npu ", "from npu.")):
                 pytest.fail(f"{path.name}: {line}")
+
+
+@pytest.mark.parametrize("number", [1e15, 2.0**53, 1e18, 1e19])
+def test_struct_numbers_are_read_as_json_reads_them(number: float) -> None:
+    """Whole doubles JSON carries exactly become ints; larger ones stay floats, so the core's
+    ±2^53 bound never depends on which way a config travelled."""
+    wire = pb.ResolveRequest(product="atlas-a2")
+    wire.config.update({"memory_config": {"a": number}})
+    decoded = request_from_proto(wire, max_depth=18, max_keys=100)
+    value = decoded.config["memory_config"]["a"]
+    assert value == number
+    assert type(value) is (int if number <= 2**53 else float)
+    over_json = ResolveRequest("atlas-a2", {"memory_config": {"a": number}})
+    assert resolve(decoded).ok is resolve(over_json).ok is True

@@ -15,6 +15,7 @@ from typing import Any, Final
 from google.protobuf import json_format, struct_pb2
 
 from npu_resolver import (
+    MAX_EXACT_INT,
     Diagnostic,
     Product,
     Provenance,
@@ -34,7 +35,6 @@ SEVERITY_FROM_PB: Final = {v: k for k, v in SEVERITY_TO_PB.items()}
 SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
 SOURCE_FROM_PB: Final = {v: k for k, v in SOURCE_TO_PB.items()}
 _ENUM_PREFIXES: Final = ("SEVERITY_", "SOURCE_")
-_MAX_EXACT_INT: Final = 2**63
 _PATH_ORDER: Final = {
     name: i
     for i, name in enumerate(
@@ -67,7 +67,8 @@ class _Budget:
 
 
 def _number(value: float) -> JSON:
-    if value.is_integer() and abs(value) < _MAX_EXACT_INT:
+    """A Struct number (a double) as JSON reads it: whole numbers JSON carries exactly are ints."""
+    if value.is_integer() and abs(value) <= MAX_EXACT_INT:
         return int(value)
     return value
 

@@ -19,7 +19,7 @@ from ._model import (
 from ._pipeline import fingerprint, resolve
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
-from ._values import MAX_OBJECT_DEPTH
+from ._values import MAX_EXACT_INT, MAX_OBJECT_DEPTH
 
 _LAZY = {
     "describe_catalog": "_describe",
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CATALOG",
     "CATALOG_VERSION",
+    "MAX_EXACT_INT",
     "MAX_OBJECT_DEPTH",
     "PRODUCTS",
     "Catalog",

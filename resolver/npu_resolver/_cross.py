@@ -120,7 +120,7 @@ def round_hccl_timeout(state: State) -> None:
     rounded = max(68, value // 68 * 68)
     if rounded != value:
         state.slots["hccl_timeout"] = slot.changed(
-            value=rounded, requested=slot.asked, rules=(*slot.rules, "R-HCT-3")
+            value=rounded, requested=slot.asked_unless(rounded), rules=(*slot.rules, "R-HCT-3")
         )
         state.emit(
             Code.ROUNDED,

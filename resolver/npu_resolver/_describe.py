@@ -6,11 +6,13 @@ disagree about a gate, a range or a default.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from ._catalog import CATALOG, Catalog, OptionView
-from ._model import JSON
-from ._pipeline import untouched_options
+from ._model import JSON, ResolveRequest
+from ._pipeline import resolve
 from ._products import PRODUCTS, Product, product_id
 from ._schema import Mode, Option
 
@@ -27,6 +29,13 @@ def product_json(product: Product) -> dict[str, JSON]:
         "family": product.family.value,
         "aliases": list(product.aliases),
     }
+
+
+@lru_cache(maxsize=32)
+def _untouched(pid: str, mode: Mode, catalog: Catalog) -> Mapping[str, JSON]:
+    """The answer when nothing but the mode is set: what each option takes by default."""
+    config: dict[str, JSON] = {"graph_run_mode": 0} if mode is Mode.INFERENCE else {}
+    return resolve(ResolveRequest(product=pid, config=config), catalog=catalog).options
 
 
 def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
@@ -64,7 +73,7 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
         },
         "unsupported_values": blocked,
         "effective_defaults": {
-            m.value: untouched_options(pid, m, catalog).get(option.name) for m in views
+            m.value: _untouched(pid, m, catalog).get(option.name) for m in views
         },
         "mode_restrictions": restrictions,
     }

@@ -339,11 +339,6 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
     )
 
 
-def untouched_options(pid: str, mode: Mode, catalog: Catalog = CATALOG) -> Mapping[str, JSON]:
-    """The effective options when nothing is set: documented defaults after every rule."""
-    return _base(catalog, pid, mode).options
-
-
 def _same(a: JSON, b: JSON) -> bool:
     """Equal as JSON: 1 and true, or 600 and 600.0, are different requests."""
     return type(a) is type(b) and a == b

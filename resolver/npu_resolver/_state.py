@@ -88,10 +88,11 @@ class Slot(NamedTuple):
     def is_set(self) -> bool:
         return self.source in SET_SOURCES
 
-    @property
-    def asked(self) -> JSON:
-        """What the caller wrote: the requested form when it differs, else the value."""
-        return self.value if self.requested is _UNSET else self.requested
+    def asked_unless(self, value: JSON) -> JSON:
+        """What was asked for this option (the requested form when it differs, else the value),
+        for a rule that replaces it with `value`; unset when that is what was asked."""
+        asked = self.value if self.requested is _UNSET else self.requested
+        return _UNSET if type(asked) is type(value) and asked == value else asked
 
 
 @dataclass(slots=True)
@@ -156,7 +157,7 @@ class State:
             value,
             Source.DERIVED,
             slot.rules if rule in slot.rules else (*slot.rules, rule),
-            requested=slot.asked if slot.is_set else unset(),
+            requested=slot.asked_unless(value) if slot.is_set else unset(),
             detail=detail,
         )
         self.emit(Code.FORCED, name, rule, message)

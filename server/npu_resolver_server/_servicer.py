@@ -322,7 +322,10 @@ class ResolverService:
         policy = self._policy()  # one snapshot for the whole batch
         version = policy.version if policy is not None else ""
         parts: list[bytes] = []
-        size = 0
+        tail = (field(2, version.encode()) if version else b"") + field(
+            3, npu_resolver.CATALOG_VERSION.encode()
+        )
+        size = len(tail)
         failed = 0
         codes: set[str] = set()
         for index, item in enumerate(items):
@@ -339,7 +342,7 @@ class ResolverService:
             codes.update(answer.codes)
             parts.append(field(1, _batch_item(answer)))
             size += len(parts[-1])
-            if size > self.limits.max_reply_bytes:  # gRPC would refuse to send it after all
+            if size > self.limits.max_reply_bytes:  # gRPC would refuse to send the reply
                 return Answer(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     message=(
@@ -351,8 +354,7 @@ class ResolverService:
                 )
         if self.metrics is not None:
             self.metrics.batch(len(parts) - failed, failed)
-        parts.append(field(2, version.encode()) if version else b"")
-        parts.append(field(3, npu_resolver.CATALOG_VERSION.encode()))
+        parts.append(tail)
         return Answer(
             grpc.StatusCode.OK, payload=b"".join(parts), ok=failed == 0, codes=tuple(sorted(codes))
         )
