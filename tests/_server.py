@@ -77,7 +77,7 @@ class ThreadServer:
             raise
         self._ready.set()
         await self._done.wait()
-        await self.built.stop(self.settings.grace_seconds)
+        await self.built.stop(self.settings.grace_seconds, delay=0)  # tests stop at once
 
     def start(self) -> ThreadServer:
         self._thread.start()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ._catalog import CATALOG, Catalog, CatalogError
 from ._model import (
     CATALOG_VERSION,
+    MAX_EXACT_INT,
     Code,
     Diagnostic,
     Provenance,
@@ -16,10 +17,10 @@ from ._model import (
     Severity,
     Source,
 )
-from ._pipeline import fingerprint, resolve
+from ._pipeline import fingerprint, resolve, unresolved
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
-from ._values import MAX_EXACT_INT, MAX_OBJECT_DEPTH
+from ._values import MAX_OBJECT_DEPTH
 
 _LAZY = {
     "describe_catalog": "_describe",
@@ -86,4 +87,5 @@ __all__ = [
     "parse_policy",
     "product_id",
     "resolve",
+    "unresolved",
 ]

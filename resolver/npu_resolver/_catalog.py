@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ._model import CATALOG_VERSION, JSON, Provenance, Source
+from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
@@ -59,7 +59,7 @@ class OptionView:
         rng = self.range
         if rng is not None and not (type(raw) is int and rng.contains(raw)):
             return False
-        if type(raw) is int and not -_MAX_EXACT_INT <= raw <= _MAX_EXACT_INT:
+        if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
             return False  # parse() says why
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)
@@ -70,7 +70,6 @@ class OptionView:
 
 
 View = Mapping[str, OptionView]
-_MAX_EXACT_INT: Final = 2**53  # _values.MAX_EXACT_INT (which imports this module)
 
 
 _PYTYPES: Final[Mapping[OptType, type]] = {

@@ -16,6 +16,9 @@ JSON = Any
 """A JSON value: None, bool, int, float, str, list or dict of those."""
 
 CATALOG_VERSION: Final = "900"
+MAX_EXACT_INT: Final = 2**53
+"""Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
+an answer must read back as it was given, so larger ones are refused."""
 
 
 class Severity(enum.StrEnum):

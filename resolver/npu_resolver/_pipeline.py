@@ -82,12 +82,17 @@ def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
     return _digest(product, [_fragment(name, options[name]) for name in sorted(options)])
 
 
-def _failed(
-    request_product: str, diagnostic: Diagnostic, catalog: Catalog, policy_version: str
+def unresolved(
+    product: str,
+    diagnostic: Diagnostic,
+    *,
+    policy_version: str = "",
+    catalog: Catalog = CATALOG,
 ) -> Resolution:
+    """The answer to a request that could not be resolved at all: the error that stopped it."""
     return Resolution(
         ok=False,
-        product=product_id(request_product) or "",
+        product=product_id(product) or "",
         options={},
         provenance={},
         diagnostics=(diagnostic,),
@@ -587,7 +592,12 @@ def resolve(
     policy_version = policy.version if policy is not None else ""
     pid = product_id(request.product) if isinstance(request.product, str) else None
     if pid is None:
-        return _failed("", _unknown_product(str(request.product)), catalog, policy_version)
+        return unresolved(
+            "",
+            _unknown_product(str(request.product)),
+            policy_version=policy_version,
+            catalog=catalog,
+        )
     profile = request.profile or DEFAULT_PROFILE
     layer: PolicyLayer | None = _EMPTY_LAYER
     if policy is not None:
@@ -598,7 +608,10 @@ def resolve(
         layer = None
     if layer is None:
         known = policy.profile_names() if policy is not None else ()
-        return _failed(request.product, _unknown_profile(profile, known), catalog, policy_version)
+        diagnostic = _unknown_profile(profile, known)
+        return unresolved(
+            request.product, diagnostic, policy_version=policy_version, catalog=catalog
+        )
 
     probe = State(
         pid,

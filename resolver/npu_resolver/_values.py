@@ -12,15 +12,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._catalog import OptionView
-from ._model import JSON, Code
+from ._model import JSON, MAX_EXACT_INT, Code
 from ._schema import Option, OptType
 
 MAX_OBJECT_DEPTH: Final = 16
 """Nesting of an object value. A server reads configs two levels deeper (the config, and one
 level too deep), so the core judges every object the wire carries, as it does in process."""
-MAX_EXACT_INT: Final = 2**53
-"""Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
-an answer must read back as it was given, so larger ones are refused."""
 MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})

@@ -89,6 +89,7 @@ class ResolverServer:
     health_port: int = 0
     metrics: Metrics | None = None
     _stopped: bool = field(default=False, repr=False)
+    _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     async def start(self) -> None:
         await self.server.start()
@@ -98,18 +99,28 @@ class ResolverServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.store.start_watching(self.settings.policy_poll_seconds)
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Drain: NOT_SERVING, refuse new calls, let in-flight ones finish within `grace`."""
+    async def stop(self, grace: float | None = None, *, delay: float | None = None) -> None:
+        """Drain: NOT_SERVING while still answering for `delay` (so that balancers checking
+        health move traffic away first), then refuse new calls and let in-flight ones finish
+        within `grace`. `hurry()` cuts the delay short."""
         if self._stopped:
             return
         self._stopped = True
         grace = self.settings.grace_seconds if grace is None else grace
-        await self.health.enter_graceful_shutdown()  # a no-op when the delay already did it
+        delay = self.settings.drain_delay_seconds if delay is None else delay
+        await self.health.enter_graceful_shutdown()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), delay)
         await self.store.stop_watching()
         stops = [self.server.stop(grace)]
         if self.health_server is not None:
             stops.append(self.health_server.stop(grace))
         await asyncio.gather(*stops)
+
+    def hurry(self) -> None:
+        """End the NOT_SERVING delay of a `stop()` in progress now."""
+        self._hurry.set()
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
@@ -195,11 +206,9 @@ async def serve(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
-    now = asyncio.Event()
-
     def on_stop(signum: int) -> None:
         if stop.is_set():  # a second signal: stop now
-            now.set()
+            built.hurry()
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -235,12 +244,6 @@ async def serve(
         },
     )
     await stop.wait()
-    if settings.drain_delay_seconds > 0:
-        # NOT_SERVING first, still answering: balancers that check health move traffic away
-        # before new calls are refused. A second signal cuts the delay short.
-        await built.health.enter_graceful_shutdown()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(now.wait(), settings.drain_delay_seconds)
     await built.stop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(Exception):

@@ -153,21 +153,11 @@ def _config_refused(
     message_: pb.ResolveRequest, refused: _RefusedError, policy: npu_resolver.PolicyLike | None
 ) -> Resolution:
     """The report for a request whose config cannot be taken (too deep, too wide, not JSON)."""
-    return Resolution(
-        ok=False,
-        product=npu_resolver.product_id(message_.product) or "",
-        options={},
-        provenance={},
-        diagnostics=(
-            npu_resolver.Diagnostic(
-                Severity.ERROR, npu_resolver.Code.INVALID_VALUE, "config", "", str(refused)
-            ),
-        ),
-        paths={},
-        catalog_version=npu_resolver.CATALOG_VERSION,
-        policy_version=policy.version if policy is not None else "",
-        fingerprint="",
+    diagnostic = npu_resolver.Diagnostic(
+        Severity.ERROR, npu_resolver.Code.INVALID_VALUE, "config", "", str(refused)
     )
+    version = policy.version if policy is not None else ""
+    return npu_resolver.unresolved(message_.product, diagnostic, policy_version=version)
 
 
 def _batch_item(answer: Answer) -> bytes:
