@@ -108,3 +108,24 @@ def test_sighup_reloads_and_a_bad_file_is_reported(tmp_path: Path) -> None:
             assert client.resolve("atlas-a2").policy_version == good
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+def test_a_loader_defect_keeps_the_last_good_policy_and_is_counted(tmp_path: Path) -> None:
+    """Not only a bad file: an exception the loader was never meant to raise is a failed
+    reload too (counted, reported by GetPolicy), never a dead watcher or a lost policy."""
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text("v1")
+
+    def loader(path: Path) -> FakePolicy:
+        text = path.read_text()
+        if text == "defect":
+            raise TypeError("unhashable type: 'dict'")
+        return fake_loader(path)
+
+    store = PolicyStore(policy_file, loader=loader)
+    store.load_initial()
+    policy_file.write_text("defect")
+    outcome = store.check_file()
+    assert outcome is not None and not outcome.changed
+    assert "TypeError" in outcome.error and store.version == "v1"
+    assert store.status().reload_failures == 1

@@ -171,3 +171,27 @@ def test_policy_without_default_profile_leaves_unprofiled_requests_alone() -> No
     assert plain.ok and plain.options["hccl_timeout"] == 1836
     gold = resolve(ResolveRequest(product="atlas-a2", profile="gold"), policy=policy)
     assert gold.options["hccl_timeout"] == 7
+
+
+def test_r_pm_3_a_lock_that_cannot_act_names_the_policy_and_who_can_change_it() -> None:
+    policy = parse_policy('[profiles.default.locked]\nprecision_mode = "force_fp16"\n')
+    result = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
+    (error,) = result.errors
+    assert "the policy locks precision_mode" in error.message
+    assert "[profiles.default.locked]" in error.message and "platform team" in error.message
+
+
+def test_r_prec_1_conflict_with_a_locked_option_asks_to_remove_the_callers_one() -> None:
+    policy = parse_policy('[profiles.default.locked]\nprecision_mode = "allow_fp32_to_fp16"\n')
+    request = ResolveRequest(product="atlas-a2", config={"precision_mode_v2": "fp16"})
+    (error,) = resolve(request, policy=policy).errors
+    assert error.option == "precision_mode_v2"
+    assert error.message.endswith("remove precision_mode_v2.")
+
+
+def test_r_esc_1_forced_small_channel_from_the_policy_says_remove_it_from_the_policy() -> None:
+    policy = parse_policy("[profiles.default.defaults]\nenable_small_channel = 0\n")
+    request = ResolveRequest(product="atlas-a2", config={"graph_run_mode": 0})
+    forced = [d for d in resolve(request, policy=policy).diagnostics if d.code.value == "FORCED"]
+    assert [d.option for d in forced] == ["enable_small_channel"]
+    assert forced[0].message.endswith("remove it from the policy.")

@@ -64,6 +64,12 @@ class OptionView:
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)
 
+    def blocked(self, value: JSON) -> ValueGate | None:
+        """The gate that refuses this value here, if any (objects and lists are never gated)."""
+        if not self.blocked_values or isinstance(value, dict | list):
+            return None
+        return self.blocked_values.get(value)
+
     @property
     def acts(self) -> bool:
         return self.product_ok and self.mode_ok and not self.option.unsupported_version

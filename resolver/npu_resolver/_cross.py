@@ -70,6 +70,14 @@ def collect_path_forces_dump(state: State) -> None:
         )
 
 
+def _origin(state: State, name: str) -> str:
+    """Where the value a rule replaces was written, for the remedy in its message."""
+    slot = state.slots.get(name)
+    if slot is not None and slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+        return "the policy"
+    return "the config"
+
+
 def inference_small_channel(state: State) -> None:
     """R-ESC-1: in online inference enable_small_channel is not configurable and is 1."""
     if state.mode is Mode.INFERENCE:
@@ -79,7 +87,7 @@ def inference_small_channel(state: State) -> None:
             "R-ESC-1",
             "graph_run_mode=0 (online inference)",
             "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
-            "remove it from the config.",
+            f"remove it from {_origin(state, 'enable_small_channel')}.",
         )
 
 
@@ -152,12 +160,26 @@ def precision_conflict(state: State) -> None:
             _superseded("precision_mode", pm.value, "precision_mode_v2"),
         )
     else:
-        state.conflict(
-            "precision_mode",
-            "R-PREC-1",
+        both = (
             f"precision_mode {show(pm.value)} and precision_mode_v2 {show(v2.value)} may not "
-            "both be set; keep only precision_mode_v2.",
+            "both be set"
         )
+        pm_locked = pm.source is Source.POLICY_LOCKED
+        v2_locked = v2.source is Source.POLICY_LOCKED
+        if pm_locked and not v2_locked:  # the caller cannot remove a locked option
+            state.conflict(
+                "precision_mode_v2",
+                "R-PREC-1",
+                f"{both}; the policy locks precision_mode, so remove precision_mode_v2.",
+            )
+        elif v2_locked and not pm_locked:
+            state.conflict(
+                "precision_mode",
+                "R-PREC-1",
+                f"{both}; the policy locks precision_mode_v2, so remove precision_mode.",
+            )
+        else:
+            state.conflict("precision_mode", "R-PREC-1", f"{both}; keep only precision_mode_v2.")
 
 
 def _superseded(name: str, value: object, by: str) -> str:

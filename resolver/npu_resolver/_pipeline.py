@@ -32,7 +32,7 @@ from ._model import (
 from ._options import CACHE_ENV_VARS
 from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
-from ._schema import Mode
+from ._schema import Mode, ValueGate
 from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State
 from ._values import Parsed, Problem, parse, show
 
@@ -69,8 +69,14 @@ def _canonical(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+@lru_cache(maxsize=64)
+def _product_tail(product: str) -> str:
+    """The text after the options: the same few products on every request."""
+    return f'}},"product":{_canonical(product)}}}'
+
+
 def _digest(product: str, fragments: list[str]) -> str:
-    canonical = f'{{"options":{{{",".join(fragments)}}},"product":{_canonical(product)}}}'
+    canonical = f'{{"options":{{{",".join(fragments)}{_product_tail(product)}'
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -312,7 +318,7 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
             if view.undocumented:
                 undocumented[name] = view.option.defaults[0].rule
             continue
-        if default.value in view.blocked_values:
+        if view.blocked(default.value) is not None:
             continue
         rules: tuple[str, ...] = (default.rule,)
         if view.range is not None and view.range.rule != default.rule:
@@ -369,6 +375,16 @@ def _slot(
         value = _policy_value(state, view, lock)
         if value is None:
             return None
+        gate = view.blocked(value)
+        if gate is not None:
+            state.emit(
+                Code.UNSUPPORTED_VALUE,
+                name,
+                gate.rule,
+                f"the policy locks {name} to {show(value)} ({lock.detail}), a value that "
+                f"{_why(state, gate)}; ask the platform team to change the lock.",
+            )
+            return None
         asked = given[0] if given is not None else from_env
         requested: JSON = unset()
         if asked is not None and asked != value:
@@ -417,6 +433,20 @@ def _slot(
     entry = layer.defaults.get(name)
     if entry is not None:
         value = _policy_value(state, view, entry)
+        gate = view.blocked(value) if value is not None else None
+        if gate is not None:
+            # A policy default that cannot act here leaves the documented default in place,
+            # as a policy option the product or mode lacks does (quietly when it was written
+            # for every product).
+            if not entry.all_products:
+                state.emit(
+                    _GATE_CODES[_gate_kind(state, gate)],
+                    name,
+                    gate.rule,
+                    f"the policy's default {name} {show(value)} ({entry.detail}) "
+                    f"{_why(state, gate)}, so the documented default applies here.",
+                )
+            return None
         if value is not None:
             return Slot(
                 value,
@@ -513,20 +543,38 @@ def _gates(state: State) -> None:
             _value_gate(state, name, view)
 
 
+_GATE_CODES: Final = {
+    "version": Code.DROPPED_UNSUPPORTED_VERSION,
+    "mode": Code.DROPPED_UNSUPPORTED_MODE,
+    "product": Code.DROPPED_UNSUPPORTED_PRODUCT,
+}
+
+
+def _gate_kind(state: State, gate: ValueGate) -> str:
+    if gate.unsupported_version:
+        return "version"
+    return "mode" if gate.mode is not None and gate.mode is not state.mode else "product"
+
+
+def _why(state: State, gate: ValueGate) -> str:
+    """Why a value is refused here, as the end of a sentence about it."""
+    kind = _gate_kind(state, gate)
+    if kind == "version":
+        return "is not supported in this version (source 900)"
+    if kind == "mode":
+        return f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
+    return f"is not supported on {state.pid}"
+
+
 def _value_gate(state: State, name: str, view: OptionView) -> None:
     slot = state.slots[name]
-    gate = view.blocked_values.get(slot.value) if view.blocked_values else None
+    gate = view.blocked(slot.value)
     if gate is None:
         return
     if not slot.is_set:
         del state.slots[name]
         return
-    if gate.unsupported_version:
-        why = "is not supported in this version (source 900)"
-    elif gate.mode is not None and gate.mode is not state.mode:
-        why = f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
-    else:
-        why = f"is not supported on {state.pid}"
+    why = _why(state, gate)
     if slot.source is Source.ENV:
         state.slots.pop(name, None)
         state.emit(

@@ -128,8 +128,8 @@ def _check_value(
         if isinstance(parsed, Problem):
             problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
             break
-        gate = view.blocked_values.get(parsed.value)
-        gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked_values.get(parsed.value)
+        gate = view.blocked(parsed.value)
+        gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked(parsed.value)
         if gate is not None and (gate.unsupported_version or gate.products is not None):
             problems.append(
                 f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"

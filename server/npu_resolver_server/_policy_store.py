@@ -119,9 +119,18 @@ class PolicyStore:
         self._file_id = self._identify()
         try:
             policy = self._loader(self.path)
-        except _load_errors() as exc:
+        except Exception as exc:
+            # A loader defect must not take the last good policy away either: it is counted
+            # and reported like a bad file, with its traceback in the log.
+            expected = isinstance(exc, _load_errors())
+            if not expected:
+                log.exception("policy loader failed unexpectedly")
             self.failures += 1
-            self.last_error = str(exc) or type(exc).__name__
+            self.last_error = (
+                (str(exc) or type(exc).__name__)
+                if expected
+                else f"internal error while loading the policy ({type(exc).__name__}: {exc})"
+            )
             self.refused_version = _file_hash(self.path)
             log.error(
                 "policy reload failed; keeping the last good policy",
