@@ -69,3 +69,31 @@ def test_golden_through_the_server(servers: _Servers, case: dict[str, Any]) -> N
     assert list(remote.options) == list(local.options)
     assert list(remote.provenance) == list(local.provenance)
     assert list(remote.paths) == list(local.paths)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"hccl_timeout": float("nan")},
+        {"enable_small_channel": float("inf")},
+        {"dump_config": {"a": float("nan")}},
+        {"distribute": {"x": [1, float("-inf")]}, "hccl_timeout": 600},
+    ],
+    ids=["int-nan", "int-inf", "object-nan", "nested-inf"],
+)
+def test_non_finite_numbers_are_invalid_on_their_option_on_both_sides(
+    servers: _Servers, config: dict[str, Any]
+) -> None:
+    """JSON has no NaN nor infinities: INVALID_VALUE on the option, the same through a server."""
+    request = ResolveRequest(product="atlas-a2", config=config)
+    local = resolve(request)
+    assert [(d.code.value, d.option) for d in local.errors] == [
+        ("INVALID_VALUE", name) for name in config if name != "hccl_timeout" or len(config) == 1
+    ]
+    with pytest.raises(ResolveError) as raised:
+        servers.client("").resolve_request(request)
+    remote = raised.value.resolution
+    assert remote is not None
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )

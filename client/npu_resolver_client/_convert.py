@@ -2,7 +2,8 @@
 
 Struct numbers travel as doubles: integral values are read back as ints so that an answer that
 crossed the wire equals the in-process one. Decoding from the wire checks nesting depth and key
-count (a request is untrusted input), and refuses NaN and infinities, which JSON cannot hold.
+count (a request is untrusted input); NaN and infinities, which JSON cannot hold, are left for
+the resolver to refuse on their option.
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ def _checked_value(value: struct_pb2.Value, where: str, depth: int, budget: _Bud
     kind = value.WhichOneof("kind")
     if kind == "number_value":
         number = value.number_value
-        if not math.isfinite(number):
-            raise LimitError(f"{where}: {number} is not a JSON number")
-        return _number(number)
+        # NaN and infinities go to the resolver, which refuses them on their option as it
+        # does in process.
+        return _number(number) if math.isfinite(number) else number
     if kind == "string_value":
         return value.string_value
     if kind == "bool_value":
@@ -175,6 +176,15 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     return json.dumps(dict(config), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def put_config(message: pb.ResolveRequest | pb.DiffRequest, config: Mapping[str, JSON]) -> None:
+    """The config as JSON text; one holding NaN or an infinity (which JSON text cannot carry)
+    goes as the Struct instead, so the server judges it as the resolver in process does."""
+    try:
+        message.config_json = config_to_json(config)
+    except ValueError:
+        _fill_struct(message.config, config)
+
+
 def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.ResolveRequest:
     """The wire request. The config goes as JSON text (`config_json`), which keeps 600 and 600.0
     apart as the in-process resolver does; `as_struct` sends it as the Struct `config`."""
@@ -190,7 +200,7 @@ def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.
     if as_struct:
         _fill_struct(message.config, request.config)
     else:
-        message.config_json = config_to_json(request.config)
+        put_config(message, request.config)
     return message
 
 

@@ -7,6 +7,7 @@ else is an INVALID_VALUE or OUT_OF_RANGE error naming the option, the value and 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -62,7 +63,7 @@ def _json_text(value: JSON) -> str:
 
 
 def _unfit(value: JSON) -> str | None:
-    """Why a pass-through value cannot be taken (nested without bound, or holding an integer
+    """Why a pass-through value cannot be taken (nested without bound, or holding a number
     JSON cannot carry exactly), or None. Iterative, so any depth is safe to look at."""
     stack: list[tuple[JSON, int]] = [(value, 1)]
     while stack:
@@ -75,6 +76,8 @@ def _unfit(value: JSON) -> str | None:
             stack.extend((v, depth + 1) for v in item)
         elif type(item) is int and not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
             return "free of integers beyond ±2^53 (JSON numbers cannot carry them exactly)"
+        elif type(item) is float and not math.isfinite(item):
+            return "free of NaN and infinities (JSON has no such numbers)"
     return None
 
 
