@@ -158,6 +158,15 @@ def test_python_format_is_a_pasteable_call() -> None:
     assert namespace["config"] == {"hccl_timeout": 3600}
 
 
+@pytest.mark.parametrize("fmt", ["python", "env"])
+def test_pasteable_formats_report_the_errors_on_stderr(fmt: str) -> None:
+    """Exit 1 promises the report is printed: stdout stays pasteable, the report goes to stderr."""
+    proc = run("resolve", "--product", "atlas-a2", "--set", "hccl_timeout=abc", "--format", fmt)
+    assert proc.returncode == 1
+    assert "INVALID_VALUE [R-HCT-1] hccl_timeout" in proc.stderr
+    assert "INVALID_VALUE" not in proc.stdout
+
+
 def test_env_format_exports_only_named_variables() -> None:
     proc = run(
         "resolve",
@@ -231,6 +240,8 @@ def test_policy_check_reports_version_or_problems(tmp_path: Path) -> None:
     proc = run("policy", "check", str(bad))
     assert proc.returncode == 1
     assert "profiles.default.defaults" in proc.stdout and "hccl_timeot" in proc.stdout
+    proc = run("policy", "check", str(tmp_path / "missing.toml"))  # unreadable input: exit 2
+    assert proc.returncode == 2 and "cannot read" in proc.stderr and proc.stdout == ""
 
 
 def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:

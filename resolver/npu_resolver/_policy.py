@@ -44,6 +44,11 @@ class PolicyError(ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
+class PolicyReadError(PolicyError):
+    """The policy file cannot be read at all (missing, unreadable, too large): not a verdict
+    on its content."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Table:
     path: str
@@ -250,9 +255,9 @@ def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise PolicyError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+        raise PolicyReadError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     if len(raw) > MAX_POLICY_BYTES:
-        raise PolicyError(str(path), [f"the file is over {MAX_POLICY_BYTES} bytes"])
+        raise PolicyReadError(str(path), [f"the file is over {MAX_POLICY_BYTES} bytes"])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

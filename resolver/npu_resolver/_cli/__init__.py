@@ -19,7 +19,14 @@ from .._catalog import CATALOG
 from .._model import JSON, Resolution, ResolveRequest
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
-from ._render import FORMATS, render_env, render_json, render_python, render_table
+from ._render import (
+    FORMATS,
+    render_diagnostics,
+    render_env,
+    render_json,
+    render_python,
+    render_table,
+)
 from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableError
 
 if TYPE_CHECKING:
@@ -158,6 +165,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         "env": lambda: render_env(result, request.env),
     }
     _print(renderers[args.format]())
+    if args.format in ("python", "env") and result.diagnostics:
+        sys.stderr.write(render_diagnostics(result) + "\n")
     return EXIT_OK if result.ok else EXIT_ERRORS
 
 
@@ -205,11 +214,13 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    from .._policy import PolicyError, load_policy
+    from .._policy import PolicyError, PolicyReadError, load_policy
 
     if args.policy_command == "check":
         try:
             policy = load_policy(args.file)
+        except PolicyReadError as exc:
+            raise UsageError(f"policy {exc}") from exc
         except PolicyError as exc:
             _print(f"policy {args.file} refused:")
             for problem in exc.problems:

@@ -36,6 +36,12 @@ def _diagnostic_line(d: Diagnostic, colour: bool) -> str:
     return f"  {tag}{rule} {d.option}: {d.message}{hint}"
 
 
+def render_diagnostics(result: Resolution) -> str:
+    """The diagnostics alone, one a line: what the python and env formats, whose output is
+    meant to be pasted or sourced, write to stderr."""
+    return "\n".join(["diagnostics", *(_diagnostic_line(d, False) for d in result.diagnostics)])
+
+
 def render_table(result: Resolution, colour: bool = False) -> str:
     """Readable in a terminal: value and source per option, the diagnostics under them."""
     lines = [
