@@ -206,7 +206,7 @@ def apply_content_rules(
             state.emit(
                 Code.DROPPED_NO_EFFECT,
                 option,
-                CONTENT_RULES[option][0],
+                FORMAT_RULES[option],  # the rule of the option that names the file
                 f"the attachment for {option} is ignored because {option} is not in effect; "
                 "set the option or leave the attachment out.",
             )
