@@ -155,6 +155,9 @@ def parse(
     if isinstance(coerced, Problem):
         return coerced
     value, converted = coerced
+    if type(value) is int and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+        # Before the range: whatever the range, such a number cannot travel as given.
+        return _invalid(option, value, "an integer within ±2^53 (JSON cannot carry it exactly)")
     note: Problem | None = None
     if converted and not from_text:
         note = Problem(
@@ -187,8 +190,6 @@ def parse(
             f"{option.name} {value} is outside {rng.text()} on {product}; "
             "use a value in that range.",
         )
-    if type(value) is int and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
-        return _invalid(option, value, "an integer within ±2^53 (JSON cannot carry it exactly)")
     if option.validator is not None and isinstance(value, str):
         reason = option.validator(value)
         if reason is not None:
