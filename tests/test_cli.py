@@ -266,10 +266,14 @@ def test_remote_config_too_deep_prints_the_report_and_exits_1(
         assert "INVALID_VALUE" in proc.stdout and "Traceback" not in proc.stderr
 
 
-def test_remote_diff_refused_by_the_server_exits_1_with_its_message(grpc_target: str) -> None:
-    proc = run("diff", "--product", "atlas-a2", "--product", "atlas-9000", "--server", grpc_target)
-    assert proc.returncode == 1
-    assert "atlas-9000" in proc.stderr and "Traceback" not in proc.stderr
+def test_diff_with_an_unknown_product_is_the_same_report_through_a_server(
+    grpc_target: str,
+) -> None:
+    args = ("diff", "--product", "atlas-a2", "--product", "atlas-9000", "--set", "hccl_timeout=600")
+    local, remote = run(*args), run(*args, "--server", grpc_target)
+    assert local.returncode == remote.returncode == 1
+    assert remote.stdout == local.stdout and "Traceback" not in remote.stderr
+    assert "atlas-9000: ERROR UNKNOWN_PRODUCT product:" in local.stdout  # no empty rule brackets
 
 
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(

@@ -356,14 +356,8 @@ class ResolverService:
         products = list(request.products)
         if len(products) < 2:
             raise _RefusedError("a diff needs two or more products", "products", "TOO_FEW_PRODUCTS")
-        for index, name in enumerate(products):
-            if npu_resolver.product_id(name) is None:
-                known = ", ".join(p.id for p in npu_resolver.PRODUCTS)
-                raise _RefusedError(
-                    f"product {name!r} is not recognized; use one of {known}",
-                    f"products[{index}]",
-                    "UNKNOWN_PRODUCT",
-                )
+        # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
+        # resolver in process reports it.
         try:
             config = config_from_wire(
                 request.config,

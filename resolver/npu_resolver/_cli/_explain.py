@@ -128,5 +128,6 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
     for pid, res in result.results.items():
         errors = [d for d in res.diagnostics if d.severity.value == "ERROR"]
         for d in errors:
-            lines.append(f"{pid}: ERROR {d.code.value} [{d.rule}] {d.option}: {d.message}")
+            rule = f" [{d.rule}]" if d.rule else ""
+            lines.append(f"{pid}: ERROR {d.code.value}{rule} {d.option}: {d.message}")
     return "\n".join(lines)
