@@ -283,3 +283,11 @@ def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(
     proc = run("resolve", "--product", "atlas-a2", "--config", config, "--server", grpc_target)
     assert proc.returncode == 2
     assert "RESOURCE_EXHAUSTED" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:99999", "127.0.0.1", "localhost:0", "host:5x"])
+def test_a_malformed_server_address_is_a_usage_error(target: str) -> None:
+    """Not a connection to a port gRPC picks itself (443) or wraps around (99999 -> 34463)."""
+    proc = run("resolve", "--product", "atlas-a2", "--server", target)
+    assert proc.returncode == 2
+    assert "HOST:PORT" in proc.stderr and "unreachable" not in proc.stderr

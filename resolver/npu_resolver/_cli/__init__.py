@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,8 +147,27 @@ def _transport(args: argparse.Namespace) -> Transport:
     if server:
         if getattr(args, "policy", None):
             raise UsageError("--policy is for in-process resolution; the server has its own")
-        return Remote(server)
+        return Remote(_server_target(server))
     return InProcess(_policy(getattr(args, "policy", None)))
+
+
+_SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
+
+
+def _server_target(text: str) -> str:
+    """`--server` as HOST:PORT (or [v6]:PORT), or a gRPC target with its scheme (dns:///...,
+    unix:...). A missing or impossible port is a usage error, not a connection attempt to a
+    port gRPC would pick (443) or wrap around."""
+    if text.startswith(_SCHEMES):
+        return text
+    match = _HOST_PORT.fullmatch(text)
+    if match is None or not 1 <= int(match.group(1)) <= 65535:
+        raise UsageError(
+            f"--server {text!r} is not HOST:PORT with a port in 1-65535 "
+            "(or a gRPC target such as dns:///host:port)"
+        )
+    return text
 
 
 def _print(text: str) -> None:
