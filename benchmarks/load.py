@@ -386,7 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warmup = distinct(args.warmup, f"{args.tag}w")
         else:
             items = repeating(args.requests, args.tag)
-            warmup = working_set()  # a launcher's steady state: its working set is cached
+            # A launcher's steady state: its working set has recurred, so it is cached (a reply
+            # is kept from its request's second sight).
+            warmup = working_set() * 2
         result = asyncio.run(
             run_load(
                 args.target,

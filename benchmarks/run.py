@@ -337,7 +337,9 @@ def measure(plan: Plan, log_dir: Path) -> dict[str, Any]:
         if sent < 100_000:
             out["rss_note"] = f"{plan.mode} form: RSS after {sent:,} requests, not 100,000 (--full)"
         else:
-            out["rss_note"] = "every request distinct: the answer cache fills to its bound"
+            out["rss_note"] = (
+                "every request distinct: none recurs, so none is kept in the answer cache"
+            )
         every = [r for kind in runs.values() for per_n in kind.values() for r in per_n]
         every += [one_worker, two_workers, batch, *out["rss_runs"]]
         out["errors_total"] = sum(int(r["errors"]) for r in every)

@@ -214,14 +214,14 @@ def test_batch_items_share_the_answer_cache_with_unary_calls() -> None:
         ThreadServer(metrics=Metrics(registry)) as server,
         ResolverClient(server.target) as client,
     ):
-        first = client.resolve_request(request)
-        results = client.resolve_batch([request, request, ResolveRequest("atlas-9000")])
-        assert results[:2] == [first, first]
-        assert server.built.service.cache.hits == 2
+        first = client.resolve_request(request)  # first sight: resolved, not kept
+        results = client.resolve_batch([request, request, request, ResolveRequest("atlas-9000")])
+        assert results[:3] == [first, first, first]
+        assert server.built.service.cache.hits == 2  # kept at its second sight, in the batch
     value = registry.get_sample_value
     assert value("npu_resolver_answer_cache_total", {"result": "hit"}) == 2
-    assert value("npu_resolver_answer_cache_total", {"result": "miss"}) == 2
-    assert value("npu_resolver_batch_items_total", {"outcome": "ok"}) == 2
+    assert value("npu_resolver_answer_cache_total", {"result": "miss"}) == 3
+    assert value("npu_resolver_batch_items_total", {"outcome": "ok"}) == 3
     assert value("npu_resolver_batch_items_total", {"outcome": "failed"}) == 1
 
 

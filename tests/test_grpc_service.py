@@ -33,6 +33,7 @@ from npu_resolver_client._convert import request_to_proto
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
 from npu_resolver_server import HEALTH_SERVICE, ServerSettings
+from npu_resolver_server._cache import Answer, AnswerCache
 from tests._server import ThreadServer, free_port, grpc_server, grpc_target  # noqa: F401
 from tests.test_grpc_wire import VARIED
 
@@ -138,16 +139,35 @@ def test_repeated_requests_hit_the_answer_cache(
     client: ResolverClient,
     grpc_server: ThreadServer,  # noqa: F811
 ) -> None:
+    """A reply is kept from its request's second sight, then answered from the cache (errors
+    too, with their full report)."""
     cache = grpc_server.built.service.cache
     request_ = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 1234})
     first = client.resolve_request(request_)
+    kept = len(cache)
+    assert client.resolve_request(request_) == first
+    assert len(cache) == kept + 1  # the second sight admits it
     hits = cache.hits
     assert client.resolve_request(request_) == first
     assert cache.hits == hits + 1
-    for _ in range(2):
+    bad = ResolveRequest(product="atlas-a2", config={"hccl_timeout": "not cached yet"})
+    for _ in range(3):
         with pytest.raises(ResolveError) as info:
-            client.resolve_request(BAD)
+            client.resolve_request(bad)
         assert info.value.resolution is not None
+    assert cache.hits == hits + 2
+
+
+def test_one_off_requests_are_not_kept() -> None:
+    """A flood of distinct requests leaves the cache empty: nothing recurring is evicted and no
+    memory goes to replies nobody asks for again."""
+    cache = AnswerCache(16)
+    answer = Answer(grpc.StatusCode.OK, payload=b"x" * 100)
+    cache.put("", b"hot", answer)
+    cache.put("", b"hot", answer)
+    for i in range(1000):
+        cache.put("", f"one-off {i}".encode(), answer)
+    assert len(cache) == 1 and cache.get("", b"hot") is answer
 
 
 # --------------------------------------------------------------------------- the other RPCs

@@ -1,8 +1,13 @@
 """A bounded LRU of serialized answers, keyed by the raw request bytes and the policy version.
 
 A resolution is a pure function of (request, catalog, policy), so a repeated request can be
-answered with the bytes sent the first time. Only OK replies and INVALID_ARGUMENT replies (their
-status and details) are kept; the bound is on entries and on bytes held.
+answered with the bytes sent before. Only OK replies and INVALID_ARGUMENT replies (their status
+and details) are kept; the bound is on entries and on bytes held.
+
+A reply is kept from the second time its request is seen (a doorkeeper, as in TinyLFU or a CDN's
+"min uses 2"): one-off requests, most of a launcher's traffic by count of distinct configs, would
+otherwise fill the cache with replies nobody asks for again and evict the recurring ones. The
+doorkeeper is a fixed table of one-byte tags, so it costs the same memory whatever the traffic.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import grpc
 MAX_KEY_BYTES: Final = 64 * 1024
 """Requests larger than this are not cached (they are rare, and would crowd the cache out)."""
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+DOORKEEPER_SLOTS: Final = 1 << 16
+"""Requests remembered as seen once (64 KiB); an older one is forgotten when its slot is reused,
+and a tag collision (1 in 255) at worst admits a reply one sight early."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class AnswerCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, bytes], Answer] = OrderedDict()
         self._bytes = 0
+        self._seen = bytearray(DOORKEEPER_SLOTS if max_entries else 0)
         self.hits = 0
         self.misses = 0
 
@@ -70,7 +79,7 @@ class AnswerCache:
             return
         key = (policy_version, request)
         size = answer.size + len(request)
-        if size > self.max_bytes:
+        if size > self.max_bytes or not self._seen_before(key):
             return
         old = self._entries.pop(key, None)
         if old is not None:
@@ -80,6 +89,16 @@ class AnswerCache:
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             (_, old_request), evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size + len(old_request)
+
+    def _seen_before(self, key: tuple[str, bytes]) -> bool:
+        """True from a key's second sight; the first one only leaves its tag."""
+        digest = hash(key)
+        slot = digest & (DOORKEEPER_SLOTS - 1)
+        tag = (digest >> 16) % 255 + 1  # never 0, the empty slot
+        if self._seen[slot] == tag:
+            return True
+        self._seen[slot] = tag
+        return False
 
     def clear(self) -> None:
         self._entries.clear()
