@@ -129,3 +129,29 @@ def test_a_loader_defect_keeps_the_last_good_policy_and_is_counted(tmp_path: Pat
     assert outcome is not None and not outcome.changed
     assert "TypeError" in outcome.error and store.version == "v1"
     assert store.status().reload_failures == 1
+
+
+def test_a_worker_lost_while_a_bad_policy_is_on_disk_does_not_stop_the_server(
+    tmp_path: Path,
+) -> None:
+    """The running workers refused the bad file and keep the last good policy; a worker that
+    dies then cannot start with that file, so its restart is retried while the other serves,
+    and succeeds once the file is fixed."""
+    policy_file = tmp_path / "policy.toml"
+    good = "[profiles.default.defaults]\nhccl_timeout = 3600\n"
+    policy_file.write_text(good)
+    with ProcessServer(["--workers", "2", "--policy", str(policy_file)]) as server:
+        serving = server.wait_for("serving", 2)
+        policy_file.write_text("bad = [[[")
+        server.signal(signal.SIGHUP)
+        server.wait_for("policy_reload_failed", 2)
+        os.kill(serving[0]["pid"], signal.SIGKILL)
+        failed = server.wait_for("worker_restart_failed")
+        assert failed[0]["serving_workers"] == 1
+        with ResolverClient(server.target) as client:
+            assert client.resolve("atlas-a2").options["hccl_timeout"] == 3600
+        assert server.proc is not None and server.proc.poll() is None
+        policy_file.write_text(good)
+        server.wait_for("serving", 3, timeout=30)
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0

@@ -4,6 +4,11 @@ This module never imports grpc. The parent forks the workers, forwards SIGTERM, 
 SIGHUP to them, restarts a worker that dies unexpectedly (with a backoff, and gives up when
 they keep dying), serves the aggregated metrics when --metrics-port is set, and exits 0 when
 every worker has drained cleanly after a stop signal.
+
+A worker that cannot start at all stops the server, but only at the server's own start. A
+restart that cannot start (a bad policy pushed since, which the running workers refused and
+survive) is retried every few seconds while other workers serve: one lost worker must not turn
+a refused policy into an outage.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from .settings import ServerSettings
 RESTART_WINDOW_S: Final = 60.0
 MAX_RESTARTS_IN_WINDOW: Final = 5
 START_FAILED: Final = 2
+RESTART_BACKOFF_S: Final = 0.5
+FAILED_RESTART_BACKOFF_S: Final = 5.0
 
 
 def _say(event: str, **fields: object) -> None:
@@ -60,7 +67,10 @@ class Supervisor:
         self.stopping = False
         self.exit_code = 0
         self._restarts: list[float] = []
-        self._pending: list[int] = []
+        self._pending: list[tuple[float, int]] = []
+        """(when, worker index): restarts due."""
+        self._restarting: set[int] = set()
+        """Workers whose current process is a restart, not the server's first start."""
 
     def _spawn(self, worker: int) -> None:
         pid = os.fork()
@@ -95,12 +105,21 @@ class Supervisor:
                 if code != 0:
                     self.exit_code = 1
                 continue
+            now = time.monotonic()
             if code == START_FAILED:
+                if worker in self._restarting and self.children:
+                    _say(
+                        "worker_restart_failed",
+                        worker=worker,
+                        retry_in_s=FAILED_RESTART_BACKOFF_S,
+                        serving_workers=len(self.children),
+                    )
+                    self._pending.append((now + FAILED_RESTART_BACKOFF_S, worker))
+                    continue
                 _say("worker_could_not_start", worker=worker)
                 self.exit_code = START_FAILED
                 self._stop_all()
                 continue
-            now = time.monotonic()
             self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
             if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
                 _say("workers_keep_dying", restarts=len(self._restarts))
@@ -108,7 +127,7 @@ class Supervisor:
                 self._stop_all()
                 continue
             self._restarts.append(now)
-            self._pending.append(worker)
+            self._pending.append((now + RESTART_BACKOFF_S, worker))
 
     def _stop_all(self) -> None:
         self.stopping = True
@@ -128,10 +147,11 @@ class Supervisor:
         while self.children or (self._pending and not self.stopping):
             self._reap()
             if self._pending and not self.stopping:
-                time.sleep(0.5)  # a short backoff before a restart
-                for worker in self._pending:
+                now = time.monotonic()
+                for due, worker in [p for p in self._pending if p[0] <= now]:
+                    self._pending.remove((due, worker))
+                    self._restarting.add(worker)
                     self._spawn(worker)
-                self._pending.clear()
             time.sleep(0.05)
         _say("supervisor_stopped", code=self.exit_code)
         return self.exit_code
