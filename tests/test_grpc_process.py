@@ -60,15 +60,20 @@ def test_sigterm_during_a_burst_loses_no_call() -> None:
     assert all("env" not in c and "config" not in c for c in calls)
 
 
-def test_health_watch_sees_not_serving_when_draining() -> None:
-    with ProcessServer(["--grace-seconds", "5"]) as server:
-        with grpc.insecure_channel(server.target) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=10)
-            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
-            server.signal(signal.SIGTERM)
-            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+def test_health_watch_sees_not_serving_then_ends_without_holding_the_drain() -> None:
+    """An open Watch (client-side health checking keeps one a channel) sees NOT_SERVING, then
+    ends when the drain begins: it does not hold the exit for the grace period."""
+    args = ["--grace-seconds", "20", "--drain-delay-seconds", "0.5"]
+    with ProcessServer(args) as server, grpc.insecure_channel(server.target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=30)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        began = time.monotonic()
+        server.signal(signal.SIGTERM)
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert list(watch) == []  # the stream ends, with OK
         assert server.wait() == 0
+        assert time.monotonic() - began < 10
 
 
 def test_health_check_says_not_serving_while_calls_are_still_answered() -> None:

@@ -75,12 +75,47 @@ def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
     )
 
 
+class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """The standard health service, whose Watch streams end when the drain begins.
+
+    Client-side health checking keeps one Watch open per channel; the stock servicer never ends
+    it, so a single watcher would hold the shutdown for the whole grace period.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watches: set[asyncio.Task[None]] = set()
+        self._ending = False
+
+    async def Watch(  # noqa: N802 - the gRPC method's name
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        if self._ending:
+            return
+        task = asyncio.ensure_future(super().Watch(request, context))
+        self._watches.add(task)
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not self._ending:
+                raise  # the call itself was cancelled
+        finally:
+            self._watches.discard(task)
+
+    async def end_watches(self) -> None:
+        """End every open Watch (the status they last saw stays NOT_SERVING)."""
+        self._ending = True
+        for task in list(self._watches):
+            task.cancel()
+        await asyncio.gather(*self._watches, return_exceptions=True)
+
+
 @dataclass
 class ResolverServer:
     """A built server: the grpc.aio server, its health servicer, and where it listens."""
 
     server: grpc.aio.Server
-    health: health.aio.HealthServicer
+    health: DrainingHealthServicer
     service: ResolverService
     store: PolicyStore
     port: int
@@ -113,6 +148,7 @@ class ResolverServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._hurry.wait(), delay)
         await self.store.stop_watching()
+        await self.health.end_watches()  # they have seen NOT_SERVING; they must not hold the drain
         stops = [self.server.stop(grace)]
         if self.health_server is not None:
             stops.append(self.health_server.stop(grace))
@@ -168,7 +204,7 @@ def create_server(
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     server.add_generic_rpc_handlers((service.generic_handler(),))
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(SERVICE_NAMES, server)
     credentials = _credentials(settings)
