@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -623,3 +624,28 @@ def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
                 with pytest.raises(ResolverCallError) as info:
                     client.resolve_batch(one * 3)
                 assert "send smaller batches" in info.value.details
+
+
+def test_client_errors_survive_pickling(client: ResolverClient) -> None:
+    """Job tooling runs the client in process pools: an error raised in a worker must reach the
+    caller whole, report included, not break the pool."""
+    with pytest.raises(ResolveError) as info:
+        client.resolve_request(BAD)
+    error = pickle.loads(pickle.dumps(info.value))
+    assert type(error) is ResolveError and str(error) == str(info.value)
+    assert error.violations == info.value.violations
+    assert error.resolution == info.value.resolution
+    assert error.resolution is not None
+    assert [p.has_requested for p in error.resolution.provenance.values()] == [
+        p.has_requested
+        for p in info.value.resolution.provenance.values()  # type: ignore[union-attr]
+    ]
+    for other in (
+        ResolverUnavailable(grpc.StatusCode.UNAVAILABLE, "down"),
+        ResolverCallError(grpc.StatusCode.INTERNAL, "boom"),
+    ):
+        back = pickle.loads(pickle.dumps(other))
+        assert type(back) is type(other) and (back.code, back.details) == (
+            other.code,
+            other.details,
+        )

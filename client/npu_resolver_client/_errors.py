@@ -45,6 +45,11 @@ class ResolverClientError(Exception):
         self.code = code
         self.details = details
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable with its own arguments: an error raised in a process pool's worker reaches
+        # the caller whole (the default pickling would call __init__ with the message alone).
+        return (type(self), (self.code, self.details))
+
 
 class ResolveError(ResolverClientError):
     """The request has errors; `.resolution` is the server's full report."""
@@ -58,6 +63,9 @@ class ResolveError(ResolverClientError):
         super().__init__(grpc.StatusCode.INVALID_ARGUMENT, details)
         self.resolution = resolution
         self.violations = violations
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.details, self.resolution, self.violations))
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:

@@ -143,6 +143,9 @@ class _Unset:
     def __repr__(self) -> str:
         return "<unset>"
 
+    def __reduce__(self) -> str:
+        return "_UNSET"  # unpickles as the one marker, so `is` checks still hold
+
 
 _UNSET: Final = _Unset()
 
