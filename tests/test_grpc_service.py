@@ -649,3 +649,20 @@ def test_client_errors_survive_pickling(client: ResolverClient) -> None:
             other.code,
             other.details,
         )
+
+
+def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811
+    client = ResolverClient(grpc_target)
+    client.close()
+    client.close()  # twice is fine
+    with pytest.raises(ResolverCallError, match="closed") as info:
+        client.resolve("atlas-a2")
+    assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+    async def closed_async() -> None:
+        async_client = AsyncResolverClient(grpc_target)
+        await async_client.close()
+        with pytest.raises(ResolverCallError, match="closed"):
+            await async_client.resolve("atlas-a2")
+
+    asyncio.run(closed_async())

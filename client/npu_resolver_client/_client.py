@@ -33,6 +33,7 @@ from ._errors import (
     Failure,
     FieldViolation,
     ResolveError,
+    ResolverCallError,
     ResolverClientError,
     decode_status,
     failure_error,
@@ -168,6 +169,13 @@ def _build_request(
         validate_only=validate_only,
         attachments=dict(attachments or {}),
     )
+
+
+def _check_open(closed: bool) -> None:
+    if closed:
+        raise ResolverCallError(
+            grpc.StatusCode.FAILED_PRECONDITION, "the client is closed; create a new one"
+        )
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
@@ -327,6 +335,7 @@ class ResolverClient:
         )
         self._channel: grpc.Channel = self._settings.open(grpc)
         self._stub = pb_grpc.ResolverStub(self._channel)
+        self._closed = False
         self.last_server_pid = ""
         """Pid of the server worker that answered the last call (debugging aid)."""
 
@@ -339,6 +348,7 @@ class ResolverClient:
         return self._channel
 
     def close(self) -> None:
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> ResolverClient:
@@ -348,6 +358,7 @@ class ResolverClient:
         self.close()
 
     def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+        _check_open(self._closed)
         rpc = getattr(self._stub, method)
         try:
             response, call = rpc.with_call(
@@ -460,6 +471,7 @@ class AsyncResolverClient:
         )
         self._channel: grpc.aio.Channel = self._settings.open(grpc.aio)
         self._stub = pb_grpc.ResolverStub(self._channel)
+        self._closed = False
         self.last_server_pid = ""
 
     @property
@@ -471,6 +483,7 @@ class AsyncResolverClient:
         return self._channel
 
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncResolverClient:
@@ -480,6 +493,7 @@ class AsyncResolverClient:
         await self.close()
 
     async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+        _check_open(self._closed)
         rpc = getattr(self._stub, method)
         call = rpc(
             request,
