@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import pickle
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -666,3 +667,48 @@ def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811
             await async_client.resolve("atlas-a2")
 
     asyncio.run(closed_async())
+
+
+def test_metrics_count_batch_items_and_diff_columns_diagnostics_by_product() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    registry = CollectorRegistry()
+    batch = [ResolveRequest("atlas-training", {"hccl_timeout": 1000 + i}) for i in range(10)]
+    with ThreadServer(metrics=Metrics(registry)) as server, ResolverClient(server.target) as client:
+        client.resolve_batch(batch)
+        client.diff(ResolveRequest("", {"hccl_timeout": 1000}), ["atlas-training", "nope"])
+    value = registry.get_sample_value
+    rounded = {"code": "ROUNDED", "product": "atlas-training"}
+    assert value("npu_resolver_diagnostics_total", rounded) == 11  # 10 items + 1 diff column
+    unknown = {"code": "UNKNOWN_PRODUCT", "product": "unknown"}  # never the caller's text
+    assert value("npu_resolver_diagnostics_total", unknown) == 1
+
+
+def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
+    """Every call is logged and counted with the status the caller saw."""
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    registry = CollectorRegistry()
+    value = registry.get_sample_value
+    with tempfile.TemporaryDirectory() as folder:
+        token_file = Path(folder) / "token"
+        token_file.write_text("t0k")
+        settings = ServerSettings(
+            port=0, admin_token_file=token_file, protect_resolve=True, max_message_bytes=2048
+        )
+        with ThreadServer(settings, metrics=Metrics(registry)) as server:
+            with ResolverClient(server.target) as client, pytest.raises(ResolverCallError):
+                client.resolve("atlas-a2")
+            with ResolverClient(server.target, token="t0k") as client:
+                with pytest.raises(ResolverCallError) as info:
+                    client.describe_catalog()  # about 50 kB: over the 2 kB limit
+                assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "2048 byte message limit" in info.value.details
+    counted = {"method": "Resolve", "code": "UNAUTHENTICATED"}
+    assert value("npu_resolver_requests_total", counted) == 1
+    catalog = {"method": "DescribeCatalog", "code": "RESOURCE_EXHAUSTED"}
+    assert value("npu_resolver_requests_total", catalog) == 1

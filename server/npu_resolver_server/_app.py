@@ -196,7 +196,11 @@ def create_server(
     interceptors = []
     if settings.admin_token_file is not None:
         token = read_token(settings.admin_token_file)
-        interceptors.append(TokenInterceptor(token, protect_all=settings.protect_resolve))
+        interceptors.append(
+            TokenInterceptor(
+                token, protect_all=settings.protect_resolve, on_refused=service.unauthenticated
+            )
+        )
     options = server_options(settings)
     server = grpc.aio.server(
         interceptors=interceptors,

@@ -24,8 +24,14 @@ def read_token(path: Path) -> str:
     return token
 
 
-def _refuse(message: str) -> grpc.RpcMethodHandler:
+Refused = Callable[[str], None]
+"""Called with the method name of each refused call (logged and counted like any call)."""
+
+
+def _refuse(message: str, method: str, on_refused: Refused | None) -> grpc.RpcMethodHandler:
     async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if on_refused is not None:
+            on_refused(method)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     return grpc.unary_unary_rpc_method_handler(abort)
@@ -34,9 +40,12 @@ def _refuse(message: str) -> grpc.RpcMethodHandler:
 class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Requires `authorization: Bearer <token>` on admin methods (or all resolver methods)."""
 
-    def __init__(self, token: str, *, protect_all: bool = False) -> None:
+    def __init__(
+        self, token: str, *, protect_all: bool = False, on_refused: Refused | None = None
+    ) -> None:
         self._expected = f"Bearer {token}".encode()
         self._protect_all = protect_all
+        self._on_refused = on_refused
         self._prefix = f"/{SERVICE}/"
 
     def _needs_token(self, method: str) -> bool:
@@ -55,8 +64,13 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if key == AUTH_HEADER:
                     given = value.encode() if isinstance(value, str) else value
                     break
+            method = handler_call_details.method[len(self._prefix) :]
             if not given:
-                return _refuse("this call needs the admin bearer token (authorization metadata)")
+                return _refuse(
+                    "this call needs the admin bearer token (authorization metadata)",
+                    method,
+                    self._on_refused,
+                )
             if not hmac.compare_digest(given, self._expected):
-                return _refuse("the bearer token is not valid")
+                return _refuse("the bearer token is not valid", method, self._on_refused)
         return await continuation(handler_call_details)

@@ -37,6 +37,9 @@ class Answer:
     product: str = ""
     ok: bool = True
     codes: tuple[str, ...] = ()
+    codes_counted: bool = False
+    """The handler counted its items' diagnostics itself (a batch, a diff): `codes` is then
+    only what the call's log line lists."""
 
     @property
     def size(self) -> int:

@@ -100,6 +100,10 @@ class Metrics:
     ) -> None:
         self._child(self.requests, method, code).inc()
         self._child(self.latency, method).observe(seconds)
+        self.diagnostics_seen(product, codes)
+
+    def diagnostics_seen(self, product: str, codes: Iterable[str]) -> None:
+        """One answer's diagnostics (a batch item's, a diff column's), one count each."""
         for diagnostic in codes:
             self._child(self.diagnostics, diagnostic, product or "unknown").inc()
 

@@ -234,10 +234,23 @@ class ResolverService:
                     message=f"internal error in {method} ({type(exc).__name__}); see server log",
                     ok=False,
                 )
+            if (
+                answer.code is grpc.StatusCode.OK
+                and len(answer.payload) > self.limits.max_reply_bytes
+            ):  # gRPC would refuse to send it; say so here, where it is logged and counted
+                answer = Answer(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    message=(
+                        f"the reply ({len(answer.payload)} bytes) exceeds the "
+                        f"{self.limits.max_reply_bytes} byte message limit"
+                    ),
+                    ok=False,
+                )
             elapsed = _logging.now() - start
             code = answer.code.name
             if self.metrics is not None:
-                self.metrics.observe(method, code, elapsed, answer.product, answer.codes)
+                counted = () if answer.codes_counted else answer.codes
+                self.metrics.observe(method, code, elapsed, answer.product, counted)
             _logging.log_call(
                 method,
                 code=code,
@@ -257,6 +270,13 @@ class ResolverService:
             raise AssertionError("abort returned")  # pragma: no cover
 
         return handler
+
+    def unauthenticated(self, method: str) -> None:
+        """A call the token check refused before any handler ran: logged and counted too."""
+        code = grpc.StatusCode.UNAUTHENTICATED.name
+        if self.metrics is not None:
+            self.metrics.observe(method, code, 0.0, "", ())
+        _logging.log_call(method, code=code, latency_s=0.0, ok=False)
 
     def _policy(self) -> npu_resolver.PolicyLike | None:
         return self.store.current
@@ -328,6 +348,8 @@ class ResolverService:
                         ok=False,
                     )
             answer = self._resolve_one(item_bytes[index], item, policy, version)
+            if self.metrics is not None:
+                self.metrics.diagnostics_seen(answer.product, answer.codes)
             failed += answer.code is not grpc.StatusCode.OK
             codes.update(answer.codes)
             parts.append(field(1, _batch_item(answer)))
@@ -346,7 +368,11 @@ class ResolverService:
             self.metrics.batch(len(parts) - failed, failed)
         parts.append(tail)
         return Answer(
-            grpc.StatusCode.OK, payload=b"".join(parts), ok=failed == 0, codes=tuple(sorted(codes))
+            grpc.StatusCode.OK,
+            payload=b"".join(parts),
+            ok=failed == 0,
+            codes=tuple(sorted(codes)),
+            codes_counted=True,
         )
 
     # ----------------------------------------------------------------------- the rest
@@ -390,8 +416,16 @@ class ResolverService:
                     target = out.cells[pid]
                     target.source = pb.Source.Value(f"SOURCE_{cell.source.value}")
                     _set_json(target.value, cell.value)
+        if self.metrics is not None:
+            for resolution in result.results.values():
+                self.metrics.diagnostics_seen(resolution.product, resolution.codes())
         codes = sorted({c for r in result.results.values() for c in r.codes()})
-        return Answer(grpc.StatusCode.OK, payload=response.SerializeToString(), codes=tuple(codes))
+        return Answer(
+            grpc.StatusCode.OK,
+            payload=response.SerializeToString(),
+            codes=tuple(codes),
+            codes_counted=True,
+        )
 
     def list_products(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ListProductsRequest, raw)
