@@ -712,3 +712,35 @@ def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
     assert value("npu_resolver_requests_total", counted) == 1
     catalog = {"method": "DescribeCatalog", "code": "RESOURCE_EXHAUSTED"}
     assert value("npu_resolver_requests_total", catalog) == 1
+
+
+def test_cli_reaches_a_server_that_wants_mutual_tls_and_a_token(
+    certs: dict[str, Path], tmp_path: Path
+) -> None:
+    from tests.test_cli import run
+
+    token_file = tmp_path / "token"
+    token_file.write_text("t0k\n")
+    settings = ServerSettings(
+        port=0,
+        tls_cert=certs["cert"],
+        tls_key=certs["key"],
+        tls_client_ca=certs["ca"],
+        admin_token_file=token_file,
+        protect_resolve=True,
+    )
+    tls = ["--tls-ca", str(certs["ca"]), "--tls-cert", str(certs["client_cert"])]
+    tls += ["--tls-key", str(certs["client_key"])]
+    with ThreadServer(settings) as server:
+        base = ["resolve", "--product", "atlas-a2", "--format", "json", "--server", server.target]
+        proc = run(*base, *tls, "--token-file", str(token_file))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["ok"] is True
+        proc = run(*base, *tls)  # no token
+        assert proc.returncode == 2 and "UNAUTHENTICATED" in proc.stderr
+        proc = run(
+            "policy", "show", "--server", server.target, *tls, "--token-file", str(token_file)
+        )
+        assert proc.returncode == 0, proc.stderr
+    proc = run("resolve", "--product", "atlas-a2", "--tls-ca", str(certs["ca"]))
+    assert proc.returncode == 2 and "go with --server" in proc.stderr

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._catalog import CATALOG
 from .._model import JSON, Resolution, ResolveRequest
@@ -147,8 +147,35 @@ def _transport(args: argparse.Namespace) -> Transport:
     if server:
         if getattr(args, "policy", None):
             raise UsageError("--policy is for in-process resolution; the server has its own")
-        return Remote(_server_target(server))
+        return Remote(_server_target(server), **_credentials(args))
+    if any(getattr(args, name, None) for name in _CREDENTIALS):
+        raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
     return InProcess(_policy(getattr(args, "policy", None)))
+
+
+_CREDENTIALS: Final = {
+    "tls_ca": "root_certificates",
+    "tls_cert": "certificate_chain",
+    "tls_key": "private_key",
+}
+
+
+def _credentials(args: argparse.Namespace) -> dict[str, Any]:
+    """The client's TLS and token arguments, read from the files the flags name."""
+    found: dict[str, Any] = {}
+    for flag, param in {**_CREDENTIALS, "token_file": "token"}.items():
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            option = "--" + flag.replace("_", "-")
+            raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+        found[param] = data.decode("utf-8", "replace").strip() if param == "token" else data
+    if ("certificate_chain" in found) != ("private_key" in found):
+        raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
+    return found
 
 
 _SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
@@ -291,7 +318,18 @@ def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = Fa
         action="store_true",
         help="attach every file the config names that exists here",
     )
-    parser.add_argument("--server", metavar="HOST:PORT", help="resolve through a running server")
+    _server_arguments(parser, "resolve through a running server")
+
+
+def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--server, and how to reach a server that wants TLS, mutual TLS or a bearer token."""
+    parser.add_argument("--server", metavar="HOST:PORT", help=help_text)
+    parser.add_argument("--tls-ca", metavar="FILE", help="with --server: CA bundle (PEM) for TLS")
+    parser.add_argument("--tls-cert", metavar="FILE", help="with --server: client cert (mTLS)")
+    parser.add_argument("--tls-key", metavar="FILE", help="with --server: client key (mTLS)")
+    parser.add_argument(
+        "--token-file", metavar="FILE", help="with --server: file holding the bearer token"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     products = sub.add_parser("products", help="list the products and their aliases")
     products.add_argument("--json", action="store_true")
-    products.add_argument("--server", metavar="HOST:PORT")
+    _server_arguments(products, "ask a running server")
     products.set_defaults(func=_cmd_products)
 
     explain = sub.add_parser("explain", help="what the source says about one option")
@@ -331,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     show = policy_sub.add_parser("show", help="the policy in force")
     show.add_argument("--policy", help="policy TOML file")
-    show.add_argument("--server", metavar="HOST:PORT")
+    _server_arguments(show, "show a running server's policy")
     policy.set_defaults(func=_cmd_policy)
 
     serve = sub.add_parser("serve", help="run the gRPC server (see `npu-resolve serve --help`)")

@@ -74,12 +74,14 @@ class InProcess:
 class Remote:
     """A running server, through the project's own client library."""
 
-    def __init__(self, target: str, timeout: float = 10.0) -> None:
+    def __init__(self, target: str, timeout: float = 10.0, **credentials: Any) -> None:
+        """`credentials`: the client's root_certificates, private_key, certificate_chain and
+        token arguments."""
         try:
             from npu_resolver_client import ResolverClient
         except ImportError as exc:  # pragma: no cover - the client ships with the package
             raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
-        self._client = ResolverClient(target, timeout=timeout)
+        self._client = ResolverClient(target, timeout=timeout, **credentials)
 
     def _call(self, method: str, *args: Any) -> Any:
         """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
