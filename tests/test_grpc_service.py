@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -744,3 +745,21 @@ def test_cli_reaches_a_server_that_wants_mutual_tls_and_a_token(
         assert proc.returncode == 0, proc.stderr
     proc = run("resolve", "--product", "atlas-a2", "--tls-ca", str(certs["ca"]))
     assert proc.returncode == 2 and "go with --server" in proc.stderr
+
+
+def test_wait_for_ready_bridges_a_server_that_starts_late() -> None:
+    """Without it, the retries give up after about 1.5 s; with it, the call waits (within its
+    deadline) for the replica that is restarting."""
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    with ResolverClient(target, timeout=2) as client, pytest.raises(ResolverUnavailable):
+        client.resolve("atlas-a2")
+    server = ThreadServer(ServerSettings(port=port, grace_seconds=1.0))
+    timer = threading.Timer(2.5, server.start)
+    timer.start()
+    try:
+        with ResolverClient(target, timeout=20, wait_for_ready=True) as client:
+            assert client.resolve("atlas-a2").ok
+    finally:
+        timer.join()
+        server.stop()

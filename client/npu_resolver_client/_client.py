@@ -1,7 +1,10 @@
 """Blocking and asyncio clients; both return the core's types, never raw protobuf.
 
 Every call has a deadline (10 s unless given). UNAVAILABLE is retried by gRPC itself through
-the channel's service config (retryPolicy, 4 attempts with backoff), and the channel balances
+the channel's service config (retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s backoff, so
+about 1.5 s in all). `wait_for_ready=True` waits instead for a server that is (re)starting, up
+to the deadline: it bridges the restart of a single replica, and makes a call to a server that
+is down take the whole deadline before ResolverUnavailable. The channel balances
 round_robin over every address the target resolves to, so `dns:///resolver-headless:50051`
 spreads calls over all replicas.
 """
@@ -271,6 +274,7 @@ class _Settings:
         token: str | None,
         max_message_bytes: int,
         options: Sequence[tuple[str, Any]],
+        wait_for_ready: bool,
     ) -> None:
         if (private_key is None) != (certificate_chain is None):
             raise ValueError("private_key and certificate_chain go together (mutual TLS)")
@@ -284,6 +288,7 @@ class _Settings:
             (("authorization", f"Bearer {token}"),) if token else ()
         )
         self.options = channel_options(max_message_bytes, options)
+        self.wait_for_ready = wait_for_ready
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -322,6 +327,7 @@ class ResolverClient:
         token: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[tuple[str, Any]] = (),
+        wait_for_ready: bool = False,
     ) -> None:
         self._settings = _Settings(
             target=target,
@@ -332,6 +338,7 @@ class ResolverClient:
             token=token,
             max_message_bytes=max_message_bytes,
             options=options,
+            wait_for_ready=wait_for_ready,
         )
         self._channel: grpc.Channel = self._settings.open(grpc)
         self._stub = pb_grpc.ResolverStub(self._channel)
@@ -365,6 +372,7 @@ class ResolverClient:
                 request,
                 timeout=self._settings.deadline(timeout),
                 metadata=self._settings.metadata or None,
+                wait_for_ready=self._settings.wait_for_ready or None,
             )
         except grpc.RpcError as error:
             self.last_server_pid = _pid(
@@ -458,6 +466,7 @@ class AsyncResolverClient:
         token: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Sequence[tuple[str, Any]] = (),
+        wait_for_ready: bool = False,
     ) -> None:
         self._settings = _Settings(
             target=target,
@@ -468,6 +477,7 @@ class AsyncResolverClient:
             token=token,
             max_message_bytes=max_message_bytes,
             options=options,
+            wait_for_ready=wait_for_ready,
         )
         self._channel: grpc.aio.Channel = self._settings.open(grpc.aio)
         self._stub = pb_grpc.ResolverStub(self._channel)
@@ -499,6 +509,7 @@ class AsyncResolverClient:
             request,
             timeout=self._settings.deadline(timeout),
             metadata=self._settings.metadata or None,
+            wait_for_ready=self._settings.wait_for_ready or None,
         )
         try:
             response = await call
