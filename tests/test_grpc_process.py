@@ -141,6 +141,18 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         assert float(line.rsplit(" ", 1)[1]) == calls
         assert "npu_resolver_policy_info{" in text
 
+        # One bad push, refused by both workers, is one reload failure.
+        policy.write_text("bad = [[[")
+        server.signal(signal.SIGHUP)
+        server.wait_for("policy_reload_failed", 2)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        failures = next(
+            line
+            for line in page.read().decode().splitlines()
+            if line.startswith("npu_resolver_policy_reload_failures_total ")
+        )
+        assert float(failures.rsplit(" ", 1)[1]) == 1
+
         supervisor = server.pid
         server.signal(signal.SIGTERM)
         assert server.wait() == 0

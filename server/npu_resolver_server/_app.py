@@ -301,7 +301,7 @@ def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool
         start_tracing()
     metrics = None
     if settings.metrics_port:
-        metrics = Metrics()
+        metrics = Metrics(counts_reload_failures=worker == 0)
         if serve_metrics:
             from ._metrics import start_http
 

@@ -34,7 +34,10 @@ LATENCY_BUCKETS: Final = (
 class Metrics:
     """The server's metrics; every method is cheap and safe to call per request."""
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: Any = None, *, counts_reload_failures: bool = True) -> None:
+        """`counts_reload_failures`: every worker reads the same file and fails the same
+        reload, so under --workers only one of them counts it (the sum is then the number of
+        bad pushes, as GetPolicy says)."""
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         registry = registry if registry is not None else REGISTRY
@@ -83,6 +86,7 @@ class Metrics:
         )
         self._version: str | None = None
         self._failures_seen = 0
+        self._counts_reload_failures = counts_reload_failures
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -122,7 +126,8 @@ class Metrics:
             self.policy_info.labels(version).set(1)
             self._version = version
         if failures > self._failures_seen:
-            self.reload_failures.inc(failures - self._failures_seen)
+            if self._counts_reload_failures:
+                self.reload_failures.inc(failures - self._failures_seen)
             self._failures_seen = failures
 
 
