@@ -307,15 +307,26 @@ def _dynamic(state: State) -> bool:
     return state.value("compile_dynamic_mode") is True
 
 
+def _dynamic_shape(state: State) -> str | None:
+    """The option that makes the graph dynamic-shape, if the config says so: compile_dynamic_mode
+    (every input shape generalized to -1) or dynamic_input (the inputs are dynamic). Without
+    either the graph may be static, as the static-shape-only options assume."""
+    for name in ("compile_dynamic_mode", "dynamic_input"):
+        if state.value(name) is True:
+            return name
+    return None
+
+
 def fusion_size_static_only(state: State) -> None:
     """R-IFS-2: input_fusion_size acts on static-shape graphs only."""
+    dynamic = _dynamic_shape(state)
     _needs(
         state,
         "input_fusion_size",
         "R-IFS-2",
-        "input_fusion_size has no effect with compile_dynamic_mode true (static shapes only); "
-        "remove it or turn compile_dynamic_mode off.",
-        not _dynamic(state),
+        f"input_fusion_size has no effect with {dynamic} true (static shapes only); "
+        f"remove it or turn {dynamic} off.",
+        dynamic is None,
     )
 
 
@@ -342,12 +353,13 @@ def multistream_static_only(state: State) -> None:
     """R-AMP-1: 'cv' is static-shape only and excludes ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1."""
     if "auto_multistream_parallel_mode" not in state.slots:
         return
-    if _dynamic(state):
+    dynamic = _dynamic_shape(state)
+    if dynamic is not None:
         state.drop(
             "auto_multistream_parallel_mode",
             Code.DROPPED_NO_EFFECT,
             "R-AMP-1",
-            "auto_multistream_parallel_mode has no effect with compile_dynamic_mode true "
+            f"auto_multistream_parallel_mode has no effect with {dynamic} true "
             "(static shapes only); remove one of them.",
         )
     elif state.env.get("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM", "").strip() == "1":
@@ -366,8 +378,9 @@ def aicore_num_with_prebuilt(state: State) -> None:
         "aicore_num",
         "R-ACN-2",
         "aicore_num has no effect with jit_compile 'false' on a static-shape graph "
-        "(prebuilt operator binaries are reused); set jit_compile 'auto' or 'true', or remove it.",
-        not (state.value("jit_compile") == "false" and not _dynamic(state)),
+        "(prebuilt operator binaries are reused; neither compile_dynamic_mode nor dynamic_input "
+        "says the graph is dynamic); set jit_compile 'auto' or 'true', or remove it.",
+        not (state.value("jit_compile") == "false" and _dynamic_shape(state) is None),
     )
 
 
