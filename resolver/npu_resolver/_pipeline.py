@@ -211,7 +211,16 @@ def _read_env(
             invalid[option.name] = (var, parsed)
             continue
         values[option.name] = parsed.value
-    for var in CACHE_ENV_VARS:  # R-OCC-4: read by the runtime, checked here
+    return values, invalid
+
+
+def _cache_env(state: State) -> None:
+    """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
+    operator compile cache is on (they mean nothing once it is off)."""
+    mode = state.value("op_compiler_cache_mode")
+    if mode is None or mode == "disable":
+        return
+    for var in CACHE_ENV_VARS:
         text = state.env.get(var)
         if text is None:
             continue
@@ -230,7 +239,6 @@ def _read_env(
                 "R-OCC-4",
                 f"environment variable {var}={show(text)} is not {expected}; fix or unset it.",
             )
-    return values, invalid
 
 
 def _env_problems(
@@ -696,6 +704,7 @@ def resolve(
     _run(_DERIVED_RULES, state)
     _run(_LATE_RULES, state)
     apply_content_rules(state, request.attachments, explicit)
+    _cache_env(state)
     return _result(state, base, catalog, policy_version)
 
 
