@@ -391,15 +391,37 @@ def stream_sync_above_hccl(state: State) -> None:
         return
     if not isinstance(hccl, int):
         return
-    if hccl == 0 or sst <= hccl * 1000:
-        limit = "never times out" if hccl == 0 else f"is {hccl} s"
+    if hccl == 0:
         state.emit(
             Code.ADVICE,
             "stream_sync_timeout",
             "R-SST-2",
-            f"stream_sync_timeout {sst} ms is not above the HCCL timeout, which {limit}; "
-            f"in a cluster job set it above {hccl * 1000} ms.",
+            f"stream_sync_timeout {sst} ms cannot exceed the HCCL timeout: hccl_timeout 0 never "
+            "times out; in a cluster job give hccl_timeout a finite value or leave "
+            "stream_sync_timeout -1.",
         )
+        return
+    # The source compares with the configured value (hccl_timeout or HCCL_EXEC_TIMEOUT); where
+    # R-HCT-3 rounded it, the larger of the two must be exceeded.
+    configured = _as_int(state.slots["hccl_timeout"].asked_unless(None))
+    seconds = max(hccl, configured) if configured is not None else hccl
+    if sst <= seconds * 1000:
+        state.emit(
+            Code.ADVICE,
+            "stream_sync_timeout",
+            "R-SST-2",
+            f"stream_sync_timeout {sst} ms is not above the HCCL timeout, which is {seconds} s; "
+            f"in a cluster job set it above {seconds * 1000} ms.",
+        )
+
+
+def _as_int(value: object) -> int | None:
+    """An integer as the caller wrote it (600 or "600"), else None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
 
 
 def debug_level_on_350(state: State) -> None:
