@@ -135,7 +135,12 @@ def round_hccl_timeout(state: State) -> None:
             "hccl_timeout",
             "R-HCT-3",
             f"hccl_timeout {value} takes effect as {rounded} on {state.pid} "
-            f"(rounded down to a multiple of 68); set {rounded} to say so.",
+            + (
+                "(rounded down to a multiple of 68)"
+                if rounded < value
+                else "(values below 68 are taken as 68)"
+            )
+            + f"; set {rounded} to say so.",
         )
 
 

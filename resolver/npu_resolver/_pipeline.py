@@ -265,7 +265,9 @@ def _env_problems(
             continue
         gate = _gate(state, view)
         if gate is not None:
-            state.emit(*gate)
+            code, option, rule, message = gate
+            message = message.replace("remove it", f"unset {var}")
+            state.emit(code, option, rule, f"{var} is set (and not valid either), but {message}")
             continue
         message = f"environment variable {var}: {problem.message}"
         state.emit(problem.code, f"env.{var}", rule, message, problem.suggestion)

@@ -136,6 +136,9 @@ class State:
         """Remove an option; a caller's or the policy's value gets a warning, a default not."""
         slot = self.slots.pop(name, None)
         if slot is not None and slot.is_set and not slot.all_products:
+            if slot.source is Source.ENV:  # the caller never wrote the option itself
+                message = f"{slot.env_var} sets {name}, but {message[:1].lower()}{message[1:]}"
+                message = message.replace("remove it", f"unset {slot.env_var}")
             self.emit(code, name, rule, message)
 
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:
