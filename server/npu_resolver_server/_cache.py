@@ -7,11 +7,12 @@ and details) are kept; the bound is on entries and on bytes held.
 A reply is kept from the second time its request is seen (a doorkeeper, as in TinyLFU or a CDN's
 "min uses 2"): one-off requests, most of a launcher's traffic by count of distinct configs, would
 otherwise fill the cache with replies nobody asks for again and evict the recurring ones. The
-doorkeeper is a fixed table of one-byte tags, so it costs the same memory whatever the traffic.
+doorkeeper is a fixed table of 16-bit tags, so it costs the same memory whatever the traffic.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
@@ -22,8 +23,8 @@ MAX_KEY_BYTES: Final = 64 * 1024
 """Requests larger than this are not cached (they are rare, and would crowd the cache out)."""
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 DOORKEEPER_SLOTS: Final = 1 << 16
-"""Requests remembered as seen once (64 KiB); an older one is forgotten when its slot is reused,
-and a tag collision (1 in 255) at worst admits a reply one sight early."""
+"""Requests remembered as seen once (128 KiB); an older one is forgotten when its slot is
+reused, and a tag collision (1 in 65,535) at worst admits a reply one sight early."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class AnswerCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, bytes], Answer] = OrderedDict()
         self._bytes = 0
-        self._seen = bytearray(DOORKEEPER_SLOTS if max_entries else 0)
+        self._seen = array("H", bytes(2 * DOORKEEPER_SLOTS if max_entries else 0))
         self.hits = 0
         self.misses = 0
 
@@ -97,7 +98,7 @@ class AnswerCache:
         """True from a key's second sight; the first one only leaves its tag."""
         digest = hash(key)
         slot = digest & (DOORKEEPER_SLOTS - 1)
-        tag = (digest >> 16) % 255 + 1  # never 0, the empty slot
+        tag = (digest >> 16) % 0xFFFF + 1  # never 0, the empty slot
         if self._seen[slot] == tag:
             return True
         self._seen[slot] = tag
