@@ -291,3 +291,30 @@ def test_a_malformed_server_address_is_a_usage_error(target: str) -> None:
     proc = run("resolve", "--product", "atlas-a2", "--server", target)
     assert proc.returncode == 2
     assert "HOST:PORT" in proc.stderr and "unreachable" not in proc.stderr
+
+
+def test_read_files_takes_relative_paths_from_the_jobs_workdir(tmp_path: Path) -> None:
+    """A config's relative path is the job's, so --read-files looks under --workdir, not in
+    the folder the CLI happens to run in."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "dt.cfg").write_text("OpType::MatMul:InputDtype:bfloat16,OutputDtype:bfloat16\n")
+    config = _config_file(tmp_path, {"customize_dtypes": "dt.cfg"})
+    code, out = resolve_json(
+        "--product", "atlas-training", "--config", config, "--read-files", "--workdir", str(job)
+    )
+    assert code == 1
+    assert [(d["code"], d["rule"]) for d in out["diagnostics"]] == [
+        ("UNSUPPORTED_VALUE", "R-PREC-2")
+    ]
+
+
+def test_an_attachment_not_in_utf8_is_unreadable_input_with_line_and_rule(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.cfg"
+    bad.write_bytes(b"op_debug_config = oom\nop_debug_list = Relu\xff\n")
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--set", "op_debug_config=/x",
+        "--attach", f"op_debug_config={bad}",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "(R-ODC-1): line 2, column 21" in proc.stderr and "Traceback" not in proc.stderr

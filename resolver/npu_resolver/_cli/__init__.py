@@ -101,14 +101,36 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
     if args.read_files:
         for option in ATTACHMENT_FORMATS:
             path = config.get(option)
-            if isinstance(path, str) and Path(path).is_file():
-                attached[option] = _read_text(path, f"{option} file")
+            if not isinstance(path, str) or not path:
+                continue
+            file = Path(path)
+            if not file.is_absolute() and args.workdir:  # the job's paths are relative to it
+                file = Path(args.workdir) / file
+            if file.is_file():
+                attached[option] = _read_attachment(option, str(file))
     for option, path in _pairs(args.attach, "--attach"):
         if option not in ATTACHMENT_FORMATS:
             known = ", ".join(ATTACHMENT_FORMATS)
             raise UsageError(f"--attach {option}: only these options name a file: {known}")
-        attached[option] = _read_text(path, f"{option} file")
+        attached[option] = _read_attachment(option, path)
     return attached
+
+
+def _read_attachment(option: str, path: str) -> str:
+    """A file an option names, as text; one that is not UTF-8 is unreadable input, said with
+    the line and column and the format's rule."""
+    from .._content import FORMAT_RULES
+    from ..attachments import decode_attachment
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {option} file {path}: {exc.strerror or exc}") from exc
+    text, issue = decode_attachment(data)
+    if text is None:
+        reason = issue.message if issue is not None else "not readable as text"
+        raise UsageError(f"{option} file {path} ({FORMAT_RULES[option]}): {reason}")
+    return text
 
 
 def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
