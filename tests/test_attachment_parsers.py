@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from npu_resolver import ResolveRequest, resolve
 from npu_resolver.attachments import (
     FORMATS,
     MAX_ATTACHMENT_BYTES,
@@ -689,3 +690,18 @@ def test_property_json_shapes_never_raise(value: object, comment: bool) -> None:
 def test_property_path_check_never_raises(path: str) -> None:
     issue = check_path_chars(path)
     assert issue is None or 0 <= issue.column <= len(path)
+
+
+def test_r_fsf_2_more_problems_than_shown_says_how_many_and_that_reading_stopped() -> (
+    None
+):
+    text = '{"Switch":{"GraphFusion":{' + ",".join(f'"P{i}":"maybe"' for i in range(300)) + "}}}"
+    request = ResolveRequest(
+        product="atlas-a2",
+        config={"fusion_switch_file": "/f"},
+        attachments={"fusion_switch_file": text},
+    )
+    last = resolve(request).diagnostics[-1]
+    assert last.message.endswith(
+        "80 more problems not shown; reading stopped after 100 errors; fix these and check again."
+    )

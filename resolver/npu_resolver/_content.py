@@ -23,6 +23,13 @@ if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
     )
 
 MAX_ISSUES_SHOWN: Final = 20
+_ISSUE_CODES: Final = {
+    (True, True): Code.ADVICE,
+    (False, True): Code.NORMALIZED,
+    (False, False): Code.INVALID_VALUE,
+    (True, False): Code.INVALID_VALUE,
+}
+"""(advice, normalized) of a file issue -> its diagnostic code."""
 
 CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "op_debug_config": ("R-ODC-2", "R-ODC-3", "R-OCC-3", "R-DEP-3"),
@@ -172,17 +179,25 @@ def _parse(state: State, option: str, text: str) -> Any | None:
         return None
     parsed = FORMATS[option].parse(decoded)
     errors = [i for i in parsed.issues if not i.normalized]
-    for issue in parsed.issues[:MAX_ISSUES_SHOWN]:
-        code = Code.NORMALIZED if issue.normalized else Code.INVALID_VALUE
+    findings = [i for i in parsed.issues if not i.summary]
+    closing = [i for i in parsed.issues if i.summary]
+    for issue in findings[:MAX_ISSUES_SHOWN]:
         state.emit(
-            code, option, issue.rule or rule, f"{option} file: {issue.message}", issue.suggestion
+            _ISSUE_CODES[issue.advice, issue.normalized],
+            option,
+            issue.rule or rule,
+            f"{option} file: {issue.message}",
+            issue.suggestion,
         )
-    if len(parsed.issues) > MAX_ISSUES_SHOWN:
+    hidden = len(findings) - MAX_ISSUES_SHOWN
+    if hidden > 0 or closing:
+        parts = [f"{hidden} more problems not shown"] if hidden > 0 else []
+        parts += [issue.message for issue in closing]
         state.emit(
-            Code.INVALID_VALUE,
+            Code.INVALID_VALUE if errors else Code.NORMALIZED,
             option,
             rule,
-            f"{option} file: {len(parsed.issues) - MAX_ISSUES_SHOWN} more problems not shown.",
+            f"{option} file: {'; '.join(parts)}.",
         )
     if errors:
         state.slots.pop(option, None)

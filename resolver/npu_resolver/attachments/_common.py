@@ -30,7 +30,8 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 @dataclass(frozen=True, slots=True)
 class ParseIssue:
-    """One problem in an attachment, or with normalized=True one accepted oddity (INFO)."""
+    """One problem in an attachment; with normalized=True one accepted oddity (INFO), and with
+    advice=True as well something accepted that may fail at compile time (a warning)."""
 
     line: int
     column: int
@@ -38,6 +39,9 @@ class ParseIssue:
     suggestion: str = ""
     rule: str = ""
     normalized: bool = False
+    advice: bool = False
+    summary: bool = False
+    """The closing line that says reading stopped or notes were left out (not a finding)."""
 
     @property
     def is_error(self) -> bool:
@@ -131,6 +135,13 @@ class Issues:
         if self.room(error=False):
             self._add(line, column, text, suggestion, rule, normalized=True)
 
+    def advise(
+        self, line: int, column: int, text: str, *, suggestion: str = "", rule: str | None = None
+    ) -> None:
+        """Record input that is accepted but may make compilation fail (a warning)."""
+        if self.room(error=False):
+            self._add(line, column, text, suggestion, rule, normalized=True, advice=True)
+
     def _add(
         self,
         line: int,
@@ -140,10 +151,11 @@ class Issues:
         rule: str | None,
         *,
         normalized: bool,
+        advice: bool = False,
     ) -> None:
         message = where(line, column) + text
         self._items.append(
-            ParseIssue(line, column, message, suggestion, rule or self.rule, normalized)
+            ParseIssue(line, column, message, suggestion, rule or self.rule, normalized, advice)
         )
 
     def unknown(
@@ -172,10 +184,11 @@ class Issues:
         """The issues kept, plus one closing issue when some were left out."""
         if self._stopped:
             text = f"reading stopped after {MAX_ISSUES} errors; fix these and check again"
-            return (*self._items, ParseIssue(0, 0, text, rule=self.rule))
+            return (*self._items, ParseIssue(0, 0, text, rule=self.rule, summary=True))
         if self._omitted_notes:
             text = f"{self._omitted_notes} more note(s) were not listed"
-            return (*self._items, ParseIssue(0, 0, text, rule=self.rule, normalized=True))
+            closing = ParseIssue(0, 0, text, rule=self.rule, normalized=True, summary=True)
+            return (*self._items, closing)
         return tuple(self._items)
 
 

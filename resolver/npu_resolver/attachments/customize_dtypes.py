@@ -184,6 +184,9 @@ def _dtype_ok(item: str, line: int, column: int, issues: Issues) -> bool:
     if item not in KNOWN_DTYPES and issues.room(error=False):
         suggestion = closest(item, KNOWN_DTYPES)
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-        text = f"dtype {show(item)} is not one the resolver knows{hint}; check the op supports it"
-        issues.note(line, column, text, suggestion=suggestion)
+        text = (
+            f"dtype {show(item)} is not one the resolver knows{hint}; a dtype the op does not "
+            "support makes compilation fail, so check the name"
+        )
+        issues.advise(line, column, text, suggestion=suggestion)
     return True
