@@ -44,8 +44,9 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
     # A value is unsupported here when every mode the option acts in refuses it; one refused
     # in a single mode (force_fp16 is for online inference only) is a mode restriction.
     acting = {m: v for m, v in views.items() if v.acts} or views
-    refused = {
-        m: {str(value): gate.rule for value, gate in v.blocked_values.items()}
+    supported = any_view.product_ok and not option.unsupported_version
+    refused = {  # where the option itself is missing, no value of it is worth listing
+        m: {str(value): gate.rule for value, gate in v.blocked_values.items()} if supported else {}
         for m, v in acting.items()
     }
     everywhere = set.intersection(*(set(r) for r in refused.values()))
@@ -61,7 +62,7 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
     allowed = [c for c in option.choices if str(c) not in blocked]
     rng = any_view.range
     return {
-        "supported": any_view.product_ok and not option.unsupported_version,
+        "supported": supported,
         "modes": [m.value for m, v in views.items() if v.acts],
         "allowed_values": allowed,
         "minimum": None if rng is None else rng.minimum,
