@@ -692,9 +692,7 @@ def test_property_path_check_never_raises(path: str) -> None:
     assert issue is None or 0 <= issue.column <= len(path)
 
 
-def test_r_fsf_2_more_problems_than_shown_says_how_many_and_that_reading_stopped() -> (
-    None
-):
+def test_r_fsf_2_more_problems_than_shown_says_how_many_and_that_reading_stopped() -> None:
     text = '{"Switch":{"GraphFusion":{' + ",".join(f'"P{i}":"maybe"' for i in range(300)) + "}}}"
     request = ResolveRequest(
         product="atlas-a2",

@@ -318,3 +318,13 @@ def test_an_attachment_not_in_utf8_is_unreadable_input_with_line_and_rule(tmp_pa
     )  # fmt: skip
     assert proc.returncode == 2
     assert "(R-ODC-1): line 2, column 21" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_diff_table_says_why_rows_differ() -> None:
+    proc = run(
+        "diff", "--product", "atlas-a2", "--product", "atlas-training",
+        "--set", "input_batch_cpy=true", "--set", "hccl_timeout=600",
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert "atlas-training: WARNING DROPPED_UNSUPPORTED_PRODUCT [R-IBC-1]" in proc.stdout
+    assert "atlas-training: INFO ROUNDED [R-HCT-3] hccl_timeout" in proc.stdout

@@ -125,9 +125,12 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         lines.append(f"{row.option:<{width}}  " + "  ".join(cells))
     if not rows:
         lines.append("(no differences)")
+    # Why the rows differ: every error and warning, and the notes about the rows shown.
+    shown = {row.option for row in rows}
     for pid, res in result.results.items():
-        errors = [d for d in res.diagnostics if d.severity.value == "ERROR"]
-        for d in errors:
+        for d in res.diagnostics:
+            if d.severity.value == "INFO" and d.option not in shown:
+                continue
             rule = f" [{d.rule}]" if d.rule else ""
-            lines.append(f"{pid}: ERROR {d.code.value}{rule} {d.option}: {d.message}")
+            lines.append(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
     return "\n".join(lines)
