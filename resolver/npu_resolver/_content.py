@@ -94,11 +94,18 @@ def _aoe(state: State, parsed: AoeConfig) -> None:
         return
     for feature, needed in (("deeper_opat", "2"), ("nonhomo_split", "1")):
         if feature in parsed.features and mode != needed:
+            # Only suggest an aoe_mode this product accepts (R-AOE-3: no '1' on a2 and a3).
+            possible = state.view["aoe_mode"].blocked(needed) is None
+            remedy = (
+                f"set aoe_mode {needed!r} or remove the feature"
+                if possible
+                else f"remove the feature (aoe_mode {needed!r} is not supported on {state.pid})"
+            )
             state.conflict(
                 "aoe_config_file",
                 "R-AOE-6",
                 f"aoe_config_file feature {feature} needs aoe_mode {needed!r} but aoe_mode is "
-                f"{mode!r}; set aoe_mode {needed!r} or remove the feature.",
+                f"{mode!r}; {remedy}.",
             )
             return
 

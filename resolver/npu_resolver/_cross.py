@@ -282,12 +282,19 @@ def _mixed_precision_on(state: State) -> bool:
 
 def mixlist_needs_mixed_precision(state: State) -> None:
     """R-MML-1: modify_mixlist only acts when mixed precision is on."""
+    # Only the mixed modes this product accepts (R-PREC-2: no bf16 on the legacy family).
+    bf16 = state.family is not Family.LEGACY
+    modes = (
+        "precision_mode_v2 mixed_float16 or mixed_bfloat16 (or precision_mode "
+        "allow_mix_precision_fp16 or _bf16)"
+        if bf16
+        else "precision_mode_v2 mixed_float16 (or precision_mode allow_mix_precision_fp16)"
+    )
     _needs(
         state,
         "modify_mixlist",
         "R-MML-1",
-        "modify_mixlist has no effect because mixed precision is off; set precision_mode_v2 "
-        "mixed_float16 or mixed_bfloat16 (or precision_mode allow_mix_precision_*), or remove it.",
+        f"modify_mixlist has no effect because mixed precision is off; set {modes}, or remove it.",
         _mixed_precision_on(state),
     )
 
