@@ -703,3 +703,11 @@ def test_r_fsf_2_more_problems_than_shown_says_how_many_and_that_reading_stopped
     assert last.message.endswith(
         "80 more problems not shown; reading stopped after 100 errors; fix these and check again."
     )
+
+
+def test_r_odc_1_a_mistyped_key_line_is_named_as_such() -> None:
+    """'op_debug_list: GatherV2' has no '=': not 'op_debug_config set again', which the user
+    never wrote."""
+    parsed = parse_op_debug_config("op_debug_config = oom\nop_debug_list: GatherV2\n")
+    (issue,) = [i for i in parsed.issues if i.is_error]
+    assert issue.line == 2 and "write 'op_debug_list = op1,op2'" in issue.message

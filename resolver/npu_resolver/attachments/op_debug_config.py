@@ -59,8 +59,16 @@ def _parse(text: str, issues: Issues) -> OpDebugConfig:
             # The source says the options are comma-separated in the file; a bare list is read
             # as them, but said so because its example always has the key.
             key, value, value_column = KEYS[0], body, column
-            if KEYS[0] not in seen:
-                issues.note(line, column, "no 'op_debug_config =' key; read as the option list")
+            if KEYS[0] in seen:  # a second bare line: most likely a mistyped key line
+                issues.error(
+                    line,
+                    column,
+                    f"no '=' on this line, and op_debug_config is already set on line "
+                    f"{seen[KEYS[0]][1]}; write 'op_debug_list = op1,op2' for the op list, "
+                    "or 'key = value' for another setting",
+                )
+                continue
+            issues.note(line, column, "no 'op_debug_config =' key; read as the option list")
         else:
             key, value, value_column = pair
         if key not in KEYS:
