@@ -711,3 +711,17 @@ def test_r_odc_1_a_mistyped_key_line_is_named_as_such() -> None:
     parsed = parse_op_debug_config("op_debug_config = oom\nop_debug_list: GatherV2\n")
     (issue,) = [i for i in parsed.issues if i.is_error]
     assert issue.line == 2 and "write 'op_debug_list = op1,op2'" in issue.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"black-list": {"to-add": ["MatMul"]}, "white-list": {"to-add": ["MatMul"]}}',
+        '{"black-list": {"to-add": ["MatMul"], "to-remove": ["MatMul"]}}',
+    ],
+    ids=["added-to-two-lists", "added-and-removed"],
+)
+def test_r_mml_1_an_op_moved_two_ways_is_refused(text: str) -> None:
+    """The source does not say which move wins, as for repeated keys elsewhere."""
+    (issue,) = [i for i in parse_modify_mixlist(text).issues if i.is_error]
+    assert "'MatMul'" in issue.message and "which wins" in issue.message

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._common import Issues, ParseIssue, frozen_map, run_parser
-from ._json import load_object
+from ._json import JsonDoc, load_object
 
 RULE: Final = "R-MML-1"
 LISTS: Final = ("black-list", "white-list", "gray-list")
@@ -54,4 +54,27 @@ def _parse(text: str, issues: Issues) -> MixList:
         lists[name] = frozen_map(
             {act: doc.strings((name, act), actions[act]) for act in ACTIONS if act in actions}
         )
+    _contradictions(doc, lists)
     return MixList(frozen_map(lists), issues.freeze())
+
+
+def _contradictions(doc: JsonDoc, lists: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
+    """An op moved two ways (added to two lists, or added to and removed from one): the
+    source does not say which move wins, so the file is refused, as repeated keys are."""
+    added: dict[str, str] = {}
+    for name, actions in lists.items():
+        adds, removes = set(actions.get("to-add", ())), set(actions.get("to-remove", ()))
+        for op in sorted(adds & removes):
+            doc.error(
+                (name, "to-add"),
+                f"op {op!r} is both added to and removed from {name!r}; "
+                "the source does not say which wins, keep one",
+            )
+        for op in sorted(adds):
+            if op in added and added[op] != name:
+                doc.error(
+                    (name, "to-add"),
+                    f"op {op!r} is added to both {added[op]!r} and {name!r}; "
+                    "the source does not say which wins, keep one",
+                )
+            added.setdefault(op, name)
