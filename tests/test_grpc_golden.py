@@ -78,8 +78,9 @@ def test_golden_through_the_server(servers: _Servers, case: dict[str, Any]) -> N
         {"enable_small_channel": float("inf")},
         {"dump_config": {"a": float("nan")}},
         {"distribute": {"x": [1, float("-inf")]}, "hccl_timeout": 600},
+        {"hccl_timeout": 600.0, "dump_config": {"x": float("nan")}},
     ],
-    ids=["int-nan", "int-inf", "object-nan", "nested-inf"],
+    ids=["int-nan", "int-inf", "object-nan", "nested-inf", "beside-a-float"],
 )
 def test_non_finite_numbers_are_invalid_on_their_option_on_both_sides(
     servers: _Servers, config: dict[str, Any]

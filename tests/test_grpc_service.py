@@ -763,3 +763,35 @@ def test_wait_for_ready_bridges_a_server_that_starts_late() -> None:
     finally:
         timer.join()
         server.stop()
+
+
+def test_metrics_labels_stay_bounded_and_count_only_answers_the_caller_got(
+    tmp_path: Path,
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+    from npu_resolver_server._servicer import METHODS
+
+    service = pb.DESCRIPTOR.services_by_name["Resolver"]
+    assert {m.name for m in service.methods} == METHODS
+    registry = CollectorRegistry()
+    value = registry.get_sample_value
+    token_file = tmp_path / "token"
+    token_file.write_text("t0k")
+    settings = ServerSettings(
+        port=0, admin_token_file=token_file, protect_resolve=True, max_message_bytes=4096
+    )
+    batch = [ResolveRequest("atlas-training", {"hccl_timeout": 1000 + i}) for i in range(10)]
+    with ThreadServer(settings, metrics=Metrics(registry)) as server:
+        with grpc.insecure_channel(server.target) as channel:
+            for i in range(3):  # method names the caller makes up, and no token
+                with pytest.raises(grpc.RpcError):
+                    channel.unary_unary(f"/npu.resolver.v1.Resolver/Bogus{i}")(b"", timeout=5)
+        with ResolverClient(server.target, token="t0k") as client, pytest.raises(ResolverCallError):
+            client.resolve_batch(batch)  # its reply would not fit in 4 kB
+    assert (
+        value("npu_resolver_requests_total", {"method": "unknown", "code": "UNAUTHENTICATED"}) == 3
+    )
+    rounded = {"code": "ROUNDED", "product": "atlas-training"}
+    assert value("npu_resolver_diagnostics_total", rounded) is None  # the caller got none

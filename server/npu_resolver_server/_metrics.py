@@ -106,6 +106,10 @@ class Metrics:
         self._child(self.latency, method).observe(seconds)
         self.diagnostics_seen(product, codes)
 
+    def refused(self, method: str, code: str) -> None:
+        """A call refused before its handler ran: counted, with no latency to observe."""
+        self._child(self.requests, method, code).inc()
+
     def diagnostics_seen(self, product: str, codes: Iterable[str]) -> None:
         """One answer's diagnostics (a batch item's, a diff column's), one count each."""
         for diagnostic in codes:

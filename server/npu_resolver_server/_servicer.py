@@ -46,6 +46,10 @@ from .settings import (
 SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
+METHODS: Final = frozenset(
+    {"Resolve", "ResolveBatch", "Diff", "ListProducts", "DescribeCatalog", "GetPolicy"}
+    | ADMIN_METHODS
+)
 _field = field  # the name the tests write raw requests with
 RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
 
@@ -272,11 +276,13 @@ class ResolverService:
         return handler
 
     def unauthenticated(self, method: str) -> None:
-        """A call the token check refused before any handler ran: logged and counted too."""
+        """A call the token check refused before any handler ran: logged and counted too, under
+        "unknown" when the caller named no method of the service (labels stay bounded)."""
+        name = method if method in METHODS else "unknown"
         code = grpc.StatusCode.UNAUTHENTICATED.name
         if self.metrics is not None:
-            self.metrics.observe(method, code, 0.0, "", ())
-        _logging.log_call(method, code=code, latency_s=0.0, ok=False)
+            self.metrics.refused(name, code)
+        _logging.log_call(name, code=code, latency_s=0.0, ok=False)
 
     def _policy(self) -> npu_resolver.PolicyLike | None:
         return self.store.current
@@ -338,6 +344,7 @@ class ResolverService:
         size = len(tail)
         failed = 0
         codes: set[str] = set()
+        seen: list[tuple[str, tuple[str, ...]]] = []
         for index, item in enumerate(items):
             if index % 64 == 63:
                 remaining = context.time_remaining()
@@ -348,8 +355,7 @@ class ResolverService:
                         ok=False,
                     )
             answer = self._resolve_one(item_bytes[index], item, policy, version)
-            if self.metrics is not None:
-                self.metrics.diagnostics_seen(answer.product, answer.codes)
+            seen.append((answer.product, answer.codes))
             failed += answer.code is not grpc.StatusCode.OK
             codes.update(answer.codes)
             parts.append(field(1, _batch_item(answer)))
@@ -364,8 +370,10 @@ class ResolverService:
                     ),
                     ok=False,
                 )
-        if self.metrics is not None:
+        if self.metrics is not None:  # only now: the caller gets these answers
             self.metrics.batch(len(parts) - failed, failed)
+            for product, item_codes in seen:
+                self.metrics.diagnostics_seen(product, item_codes)
         parts.append(tail)
         return Answer(
             grpc.StatusCode.OK,
