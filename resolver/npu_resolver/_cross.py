@@ -127,6 +127,7 @@ def round_hccl_timeout(state: State) -> None:
     value = slot.value
     rounded = max(68, value // 68 * 68)
     if rounded != value:
+        state.unrounded["hccl_timeout"] = value
         state.slots["hccl_timeout"] = slot.changed(
             value=rounded, requested=slot.asked_unless(rounded), rules=(*slot.rules, "R-HCT-3")
         )
@@ -413,10 +414,9 @@ def stream_sync_above_hccl(state: State) -> None:
             "stream_sync_timeout -1.",
         )
         return
-    # The source compares with the configured value (hccl_timeout or HCCL_EXEC_TIMEOUT); where
-    # R-HCT-3 rounded it, the larger of the two must be exceeded.
-    configured = _as_int(state.slots["hccl_timeout"].asked_unless(None))
-    seconds = max(hccl, configured) if configured is not None else hccl
+    # The source compares with the configured value (hccl_timeout or HCCL_EXEC_TIMEOUT, as it
+    # took effect before R-HCT-3 rounded it); the larger of the two must be exceeded.
+    seconds = max(hccl, state.unrounded.get("hccl_timeout", hccl))
     if sst <= seconds * 1000:
         state.emit(
             Code.ADVICE,
@@ -425,15 +425,6 @@ def stream_sync_above_hccl(state: State) -> None:
             f"stream_sync_timeout {sst} ms is not above the HCCL timeout, which is {seconds} s; "
             f"in a cluster job set it above {seconds * 1000} ms.",
         )
-
-
-def _as_int(value: object) -> int | None:
-    """An integer as the caller wrote it (600 or "600"), else None."""
-    if type(value) is int:
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
 
 
 def debug_level_on_350(state: State) -> None:

@@ -113,6 +113,8 @@ class State:
     """Options the source gives no default for here, though it does elsewhere."""
     attachments: dict[str, Any] = field(default_factory=dict)
     """Parsed attachment content per option (set by the attachment stage)."""
+    unrounded: dict[str, int] = field(default_factory=dict)
+    """Values as configured before a rounding rule changed them (R-HCT-3)."""
 
     @property
     def family(self) -> Family:
