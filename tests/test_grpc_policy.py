@@ -147,7 +147,7 @@ def test_a_worker_lost_while_a_bad_policy_is_on_disk_does_not_stop_the_server(
         server.wait_for("policy_reload_failed", 2)
         os.kill(serving[0]["pid"], signal.SIGKILL)
         failed = server.wait_for("worker_restart_failed")
-        assert failed[0]["serving_workers"] == 1
+        assert failed[0]["running_workers"] == 1
         with ResolverClient(server.target) as client:
             assert client.resolve("atlas-a2").options["hccl_timeout"] == 3600
         assert server.proc is not None and server.proc.poll() is None

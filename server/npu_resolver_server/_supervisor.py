@@ -7,8 +7,9 @@ every worker has drained cleanly after a stop signal.
 
 A worker that cannot start at all stops the server, but only at the server's own start. A
 restart that cannot start (a bad policy pushed since, which the running workers refused and
-survive) is retried every few seconds while other workers serve: one lost worker must not turn
-a refused policy into an outage.
+survive) is retried every few seconds, while the other workers serve if any are left: a lost
+worker must not turn a refused policy into an outage, and the server comes back by itself once
+the file is fixed. Until then its health and readiness probes say what is missing.
 """
 
 from __future__ import annotations
@@ -107,12 +108,12 @@ class Supervisor:
                 continue
             now = time.monotonic()
             if code == START_FAILED:
-                if worker in self._restarting and self.children:
+                if worker in self._restarting:
                     _say(
                         "worker_restart_failed",
                         worker=worker,
                         retry_in_s=FAILED_RESTART_BACKOFF_S,
-                        serving_workers=len(self.children),
+                        running_workers=len(self.children),
                     )
                     self._pending.append((now + FAILED_RESTART_BACKOFF_S, worker))
                     continue
