@@ -60,10 +60,12 @@ def test_sigterm_during_a_burst_loses_no_call() -> None:
     assert all("env" not in c and "config" not in c for c in calls)
 
 
-def test_health_watch_sees_not_serving_then_ends_without_holding_the_drain() -> None:
+@pytest.mark.parametrize("delay", ["0", "0.5"])
+def test_health_watch_sees_not_serving_then_ends_without_holding_the_drain(delay: str) -> None:
     """An open Watch (client-side health checking keeps one a channel) sees NOT_SERVING, then
-    ends when the drain begins: it does not hold the exit for the grace period."""
-    args = ["--grace-seconds", "20", "--drain-delay-seconds", "0.5"]
+    ends when the drain begins: it does not hold the exit for the grace period. With no
+    NOT_SERVING delay too."""
+    args = ["--grace-seconds", "20", "--drain-delay-seconds", delay]
     with ProcessServer(args) as server, grpc.insecure_channel(server.target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=30)

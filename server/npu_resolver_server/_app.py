@@ -79,35 +79,56 @@ class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
     """The standard health service, whose Watch streams end when the drain begins.
 
     Client-side health checking keeps one Watch open per channel; the stock servicer never ends
-    it, so a single watcher would hold the shutdown for the whole grace period.
+    it, so a single watcher would hold the shutdown for the whole grace period. Here each Watch
+    sends every status change, NOT_SERVING included, and returns once the drain begins.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._watches: set[asyncio.Task[None]] = set()
+        self._statuses: dict[str, health_pb2.HealthCheckResponse.ServingStatus] = {
+            "": health_pb2.HealthCheckResponse.SERVING
+        }
+        self._changed = asyncio.Condition()
+        self._shutting_down = False
         self._ending = False
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def set(self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        await super().set(service, status)
+        if not self._shutting_down:
+            self._statuses[service] = status
+            await self._notify()
+
+    async def enter_graceful_shutdown(self) -> None:
+        await super().enter_graceful_shutdown()
+        self._shutting_down = True
+        for service in self._statuses:
+            self._statuses[service] = health_pb2.HealthCheckResponse.NOT_SERVING
+        await self._notify()
 
     async def Watch(  # noqa: N802 - the gRPC method's name
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        if self._ending:
-            return
-        task = asyncio.ensure_future(super().Watch(request, context))
-        self._watches.add(task)
-        try:
-            await task
-        except asyncio.CancelledError:
-            if not self._ending:
-                raise  # the call itself was cancelled
-        finally:
-            self._watches.discard(task)
+        last = None
+        async with self._changed:
+            while True:
+                status = self._statuses.get(
+                    request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+                )
+                if status != last:
+                    await context.write(health_pb2.HealthCheckResponse(status=status))
+                    last = status
+                if self._ending:
+                    return  # after the last status was sent: NOT_SERVING once draining
+                await self._changed.wait()
 
     async def end_watches(self) -> None:
-        """End every open Watch (the status they last saw stays NOT_SERVING)."""
+        """End every open Watch once it has sent the current status (NOT_SERVING)."""
         self._ending = True
-        for task in list(self._watches):
-            task.cancel()
-        await asyncio.gather(*self._watches, return_exceptions=True)
+        await self._notify()
 
 
 @dataclass
