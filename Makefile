@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 50051
 
 .PHONY: run test lint typecheck unit proto proto-check buf-lint deploy-check bench soak clean
-BUF := npx --yes --cache .tools/npm @bufbuild/buf@1.75.0
+BUF = $(PYTHON) scripts/buf.py
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
