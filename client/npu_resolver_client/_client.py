@@ -25,8 +25,8 @@ from npu_resolver import DiffCell, DiffResult, DiffRow, Product, Resolution, Res
 from ._convert import (
     SOURCE_FROM_PB,
     catalog_from_proto,
+    config_to_json,
     product_from_proto,
-    put_config,
     request_to_proto,
     resolution_from_proto,
     restore_callers_values,
@@ -190,7 +190,7 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
         strict=request.strict,
         attachments=dict(request.attachments),
     )
-    put_config(message, request.config)
+    message.config_json = config_to_json(request.config)
     return message
 
 

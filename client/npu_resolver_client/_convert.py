@@ -178,10 +178,6 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     return json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"))
 
 
-def put_config(message: pb.ResolveRequest | pb.DiffRequest, config: Mapping[str, JSON]) -> None:
-    message.config_json = config_to_json(config)
-
-
 def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.ResolveRequest:
     """The wire request. The config goes as JSON text (`config_json`), which keeps 600 and 600.0
     apart as the in-process resolver does; `as_struct` sends it as the Struct `config`."""
@@ -197,7 +193,7 @@ def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.
     if as_struct:
         _fill_struct(message.config, request.config)
     else:
-        put_config(message, request.config)
+        message.config_json = config_to_json(request.config)
     return message
 
 

@@ -20,16 +20,10 @@ if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
         FusionSwitches,
         OpDebugConfig,
         OpPrecisionModes,
+        ParseIssue,
     )
 
 MAX_ISSUES_SHOWN: Final = 20
-_ISSUE_CODES: Final = {
-    (True, True): Code.ADVICE,
-    (False, True): Code.NORMALIZED,
-    (False, False): Code.INVALID_VALUE,
-    (True, False): Code.INVALID_VALUE,
-}
-"""(advice, normalized) of a file issue -> its diagnostic code."""
 
 CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "op_debug_config": ("R-ODC-2", "R-ODC-3", "R-OCC-3", "R-DEP-3"),
@@ -50,6 +44,12 @@ FORMAT_RULES: Final[Mapping[str, str]] = {
     "customize_dtypes": "R-CDT-2",
 }
 """Per option that names a file: the rule that describes the file's format."""
+
+
+def _issue_code(issue: ParseIssue) -> Code:
+    if issue.is_error:
+        return Code.INVALID_VALUE
+    return Code.ADVICE if issue.advice else Code.NORMALIZED
 
 
 def _op_debug(state: State, parsed: OpDebugConfig) -> None:
@@ -190,7 +190,7 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     closing = [i for i in parsed.issues if i.summary]
     for issue in findings[:MAX_ISSUES_SHOWN]:
         state.emit(
-            _ISSUE_CODES[issue.advice, issue.normalized],
+            _issue_code(issue),
             option,
             issue.rule or rule,
             f"{option} file: {issue.message}",

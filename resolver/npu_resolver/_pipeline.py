@@ -33,7 +33,7 @@ from ._options import CACHE_ENV_VARS
 from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode, ValueGate
-from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State
+from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
 from ._values import Parsed, Problem, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
@@ -266,8 +266,9 @@ def _env_problems(
         gate = _gate(state, view)
         if gate is not None:
             code, option, rule, message = gate
-            message = message.replace("remove it", f"unset {var}")
-            state.emit(code, option, rule, f"{var} is set (and not valid either), but {message}")
+            state.emit(
+                code, option, rule, via_env(var, f"{var} is set (and not valid either)", message)
+            )
             continue
         message = f"environment variable {var}: {problem.message}"
         state.emit(problem.code, f"env.{var}", rule, message, problem.suggestion)

@@ -95,6 +95,12 @@ class Slot(NamedTuple):
         return _UNSET if type(asked) is type(value) and asked == value else asked
 
 
+def via_env(var: str, lead: str, message: str) -> str:
+    """A drop message for an option that an environment variable set: it names the variable
+    and says to unset it, not to remove an option the caller never wrote."""
+    return f"{lead}, but {message[:1].lower()}{message[1:]}".replace("remove it", f"unset {var}")
+
+
 @dataclass(slots=True)
 class State:
     pid: str
@@ -139,8 +145,7 @@ class State:
         slot = self.slots.pop(name, None)
         if slot is not None and slot.is_set and not slot.all_products:
             if slot.source is Source.ENV:  # the caller never wrote the option itself
-                message = f"{slot.env_var} sets {name}, but {message[:1].lower()}{message[1:]}"
-                message = message.replace("remove it", f"unset {slot.env_var}")
+                message = via_env(slot.env_var, f"{slot.env_var} sets {name}", message)
             self.emit(code, name, rule, message)
 
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:

@@ -80,7 +80,8 @@ class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
 
     Client-side health checking keeps one Watch open per channel; the stock servicer never ends
     it, so a single watcher would hold the shutdown for the whole grace period. Here each Watch
-    sends every status change, NOT_SERVING included, and returns once the drain begins.
+    sends every status change, NOT_SERVING included, and returns once the drain begins. The
+    statuses Watch reads are kept here, beside the stock servicer's private ones that Check uses.
     """
 
     def __init__(self) -> None:

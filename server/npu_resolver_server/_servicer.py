@@ -46,10 +46,7 @@ from .settings import (
 SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
-METHODS: Final = frozenset(
-    {"Resolve", "ResolveBatch", "Diff", "ListProducts", "DescribeCatalog", "GetPolicy"}
-    | ADMIN_METHODS
-)
+METHODS: Final = frozenset(m.name for m in pb.DESCRIPTOR.services_by_name["Resolver"].methods)
 _field = field  # the name the tests write raw requests with
 RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
 

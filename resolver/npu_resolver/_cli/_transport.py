@@ -106,8 +106,7 @@ class Remote:
         try:
             result: Resolution = self._call("resolve_request", request)
         except ResolveError as exc:
-            if exc.resolution is None:  # `_call` already turned these into RefusedError
-                raise RefusedError(f"the server refused the call: {exc}", 2) from exc
+            assert exc.resolution is not None  # `_call` turned the others into RefusedError
             return exc.resolution
         return result
 
