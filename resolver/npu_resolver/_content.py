@@ -62,7 +62,7 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
             "op_debug_config enables ccec_O0 together with oom, which ends in an AI Core Error; "
             "remove one of them from the file.",
         )
-    collect = state.env.get("NPU_COLLECT_PATH")
+    collect = state.env_path("NPU_COLLECT_PATH")
     if "oom" in options and collect:  # R-ODC-3
         state.conflict(
             name,

@@ -58,7 +58,7 @@ def precision_default(state: State) -> None:
 # ------------------------------------------------------------------------------- derived
 def collect_path_forces_dump(state: State) -> None:
     """R-EXD-2: NPU_COLLECT_PATH makes the exception dump 1 whatever was asked."""
-    path = state.env.get("NPU_COLLECT_PATH")
+    path = state.env_path("NPU_COLLECT_PATH")
     if path:
         state.force(
             "enable_exception_dump",
@@ -192,8 +192,13 @@ def _superseded(name: str, value: object, by: str) -> str:
     return f"{name} {show(value)} from the policy is dropped because the job sets {by}."
 
 
-def _needs(state: State, name: str, rule: str, message: str, ok: bool) -> None:
-    if name in state.slots and not ok:
+def _needs(
+    state: State, name: str, rule: str, message: str, ok: bool, *, reads: tuple[str, ...]
+) -> None:
+    """Drop `name` when it has no effect, judged from the options in `reads`. When one of them
+    was refused, the caller set it and already has an error: nothing is judged from its
+    absence (a rejected local_rank_id does not make local_device_list 'lack' it)."""
+    if name in state.slots and not ok and state.refused.isdisjoint(reads):
         state.drop(name, Code.DROPPED_NO_EFFECT, rule, message)
 
 
@@ -244,6 +249,7 @@ def optypelist_needs_implmode(state: State) -> None:
         "optypelist_for_implmode has no effect without op_select_implmode; "
         "set op_select_implmode or remove it.",
         "op_select_implmode" in state.slots,
+        reads=("op_select_implmode",),
     )
 
 
@@ -256,6 +262,7 @@ def execute_mode_needs_dynamic_input(state: State) -> None:
         "dynamic_graph_execute_mode has no effect unless dynamic_input is true; "
         "set dynamic_input true or remove it.",
         state.value("dynamic_input") is True,
+        reads=("dynamic_input",),
     )
 
 
@@ -271,14 +278,16 @@ def rank_and_device_list_together(state: State) -> None:
             "R-LRI-1",
             f"{name} has no effect without {other}; set both or neither.",
             other in state.slots,
+            reads=(other,),
         )
 
 
-def _mixed_precision_on(state: State) -> bool:
-    return (
-        state.value("precision_mode_v2") in MIXED_PRECISION
-        or state.value("precision_mode") in MIXED_PRECISION
-    )
+def _mixed_precision_off(state: State) -> bool:
+    """Known to be off: a precision option has a value and none is mixed. Where the source
+    gives neither option a default (atlas-300i-duo in training), nothing is known."""
+    values = (state.value("precision_mode_v2"), state.value("precision_mode"))
+    known = [value for value in values if value is not None]
+    return bool(known) and not any(value in MIXED_PRECISION for value in known)
 
 
 def mixlist_needs_mixed_precision(state: State) -> None:
@@ -296,7 +305,8 @@ def mixlist_needs_mixed_precision(state: State) -> None:
         "modify_mixlist",
         "R-MML-1",
         f"modify_mixlist has no effect because mixed precision is off; set {modes}, or remove it.",
-        _mixed_precision_on(state),
+        not _mixed_precision_off(state),
+        reads=_PRECISION,
     )
 
 
@@ -313,7 +323,12 @@ def customize_dtypes_needs_reduced_precision(state: State) -> None:
         "customize_dtypes has no effect while precision_mode_v2 is 'origin' (or precision_mode "
         "'must_keep_origin_dtype'); choose another precision mode or remove it.",
         not keeps,
+        reads=_PRECISION,
     )
+
+
+_PRECISION: Final = ("precision_mode_v2", "precision_mode")
+_DYNAMIC_SHAPE: Final = ("compile_dynamic_mode", "dynamic_input")
 
 
 def _dynamic(state: State) -> bool:
@@ -324,7 +339,7 @@ def _dynamic_shape(state: State) -> str | None:
     """The option that makes the graph dynamic-shape, if the config says so: compile_dynamic_mode
     (every input shape generalized to -1) or dynamic_input (the inputs are dynamic). Without
     either the graph may be static, as the static-shape-only options assume."""
-    for name in ("compile_dynamic_mode", "dynamic_input"):
+    for name in _DYNAMIC_SHAPE:
         if state.value(name) is True:
             return name
     return None
@@ -340,6 +355,7 @@ def fusion_size_static_only(state: State) -> None:
         f"input_fusion_size has no effect with {dynamic} true (static shapes only); "
         f"remove it or turn {dynamic} off.",
         dynamic is None,
+        reads=_DYNAMIC_SHAPE,
     )
 
 
@@ -347,6 +363,8 @@ def generalization_needs_jit(state: State) -> None:
     """R-SGM-1: shape_generalization_mode acts only with jit_compile 'true', static shapes."""
     if "shape_generalization_mode" not in state.slots:
         return
+    if not state.refused.isdisjoint(("jit_compile", "compile_dynamic_mode")):
+        return  # judged from a value the caller has an error about: see _needs
     if state.value("jit_compile") != "true":
         message = (
             "shape_generalization_mode only acts with jit_compile 'true'; "
@@ -394,6 +412,7 @@ def aicore_num_with_prebuilt(state: State) -> None:
         "(prebuilt operator binaries are reused; neither compile_dynamic_mode nor dynamic_input "
         "says the graph is dynamic); set jit_compile 'auto' or 'true', or remove it.",
         not (state.value("jit_compile") == "false" and _dynamic_shape(state) is None),
+        reads=("jit_compile", *_DYNAMIC_SHAPE),
     )
 
 

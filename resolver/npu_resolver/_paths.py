@@ -7,9 +7,9 @@ Parts the resolver cannot know stay as placeholders: <workdir>, <pid>, <sessioni
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
 from typing import Final
 
+from ._options import PATH_ENV_VARS
 from ._state import State
 
 WORKDIR = "<workdir>"
@@ -23,10 +23,6 @@ def _join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
-def _env(env: Mapping[str, str], name: str) -> str:
-    return env.get(name, "").strip()
-
-
 PATH_OPTIONS: Final = (
     "enable_exception_dump",
     "session_device_id",
@@ -38,7 +34,6 @@ PATH_OPTIONS: Final = (
     "aoe_mode",
     "work_path",
 )
-PATH_ENV: Final = ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH", "ASCEND_CACHE_PATH", "HOME")
 _MEMO: dict[tuple[object, ...], dict[str, str]] = {}
 _MAX_MEMO: Final = 4096
 
@@ -49,7 +44,7 @@ def effective_paths(state: State) -> dict[str, str]:
     slots, env = state.slots, state.env
     key = (
         state.workdir,
-        *(env.get(name) for name in PATH_ENV),
+        *(env.get(name) for name in PATH_ENV_VARS),
         *(
             slot.value if (slot := slots.get(name)) is not None else _ABSENT
             for name in PATH_OPTIONS
@@ -70,10 +65,9 @@ _ABSENT: Final = object()
 
 
 def _compute(state: State) -> dict[str, str]:
-    env = state.env
     workdir = state.workdir or WORKDIR
-    work_path = _env(env, "ASCEND_WORK_PATH")
-    collect = _env(env, "NPU_COLLECT_PATH")
+    work_path = state.env_path("ASCEND_WORK_PATH")
+    collect = state.env_path("NPU_COLLECT_PATH")
     paths: dict[str, str] = {}
 
     dump = state.value("enable_exception_dump")
@@ -98,8 +92,8 @@ def _compute(state: State) -> dict[str, str]:
 
     if state.value("op_compiler_cache_mode") != "disable":  # R-OCD-1
         cache_dir = state.value("op_compiler_cache_dir")
-        cache_path = _env(env, "ASCEND_CACHE_PATH")
-        home = _env(env, "HOME") or "<home>"
+        cache_path = state.env_path("ASCEND_CACHE_PATH")
+        home = state.env_path("HOME") or "<home>"
         paths["op_cache_dir"] = (
             _join(cache_dir, "kernel_cache")
             if isinstance(cache_dir, str)

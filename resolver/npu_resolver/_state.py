@@ -130,6 +130,11 @@ class State:
         slot = self.slots.get(name)
         return None if slot is None else slot.value
 
+    def env_path(self, var: str) -> str:
+        """A folder variable's value; blanks name no folder, so they count as unset for every
+        rule that reads it (R-EXD-2, R-ODC-3 and the effective paths alike)."""
+        return self.env.get(var, "").strip()
+
     def is_set(self, name: str) -> bool:
         slot = self.slots.get(name)
         return slot is not None and slot.is_set
@@ -151,6 +156,7 @@ class State:
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:
         """An error about the option's value: it leaves the effective config."""
         self.slots.pop(name, None)
+        self.refused.add(name)
         self.emit(code, name, rule, message)
 
     def conflict(self, name: str, rule: str, message: str) -> None:
