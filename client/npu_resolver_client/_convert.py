@@ -25,6 +25,7 @@ from npu_resolver import (
     Severity,
     Source,
 )
+from npu_resolver._model import unique_keys
 from npu_resolver._products import Family
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
@@ -197,16 +198,17 @@ def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.
     return message
 
 
-_JSON_DECODER: Final = json.JSONDecoder()
+_JSON_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys)
 """NaN, Infinity and -Infinity are read as floats: not JSON, but what Python's json writes for
-them, and the resolver refuses them on their option (INVALID_VALUE) as it does in process."""
+them, and the resolver refuses them on their option (INVALID_VALUE) as it does in process.
+A key written twice is refused (ValueError)."""
 _JSON_CONTAINERS: Final = (dict, list)  # a tuple: isinstance is quicker with it than a union
 
 
 def _loads(text: str) -> JSON:
     """`json.loads(text)`, without a new decoder per call."""
     if text.startswith("\ufeff"):
-        return json.loads(text)  # refused with json.loads's own message
+        return json.loads(text, object_pairs_hook=unique_keys)  # refused: json's own message
     return _JSON_DECODER.decode(text)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source
+from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source, is_text
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
@@ -60,6 +60,8 @@ class OptionView:
         if rng is not None and not (type(raw) is int and rng.contains(raw)):
             return False
         if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
+            return False  # parse() says why
+        if type(raw) is str and not is_text(raw):
             return False  # parse() says why
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)

@@ -8,6 +8,7 @@ so that the CLI's JSON and the proto3 JSON mapping agree key for key.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,6 +18,40 @@ JSON = Any
 
 CATALOG_VERSION: Final = "900"
 MAX_EXACT_INT: Final = 2**53
+MAX_MEMO_TEXT: Final = 256
+"""Memo tables keep only short strings: 4,096 entries of a few hundred bytes stay small, where a
+caller's megabyte-long paths would pin gigabytes."""
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def is_text(value: str) -> bool:
+    """False for a string holding a lone UTF-16 surrogate (a JSON "\\ud800" escape gives one):
+    not Unicode text, so it can be neither encoded as UTF-8 nor sent back in an answer."""
+    return value.isascii() or _SURROGATE.search(value) is None
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a key written twice is refused. json keeps the last one
+    silently, and nobody can tell which of the two values the writer meant."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(f"key {printable(key)!r} appears twice")
+            seen.add(key)
+    return data
+
+
+def printable(value: str) -> str:
+    """A caller's string fit to be echoed: lone surrogates written as backslash escapes."""
+    return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode()
+
+
 """Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
 an answer must read back as it was given, so larger ones are refused."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 from typing import Final
 
+from ._model import MAX_MEMO_TEXT
 from ._options import PATH_ENV_VARS
 from ._state import State
 
@@ -56,12 +57,17 @@ def effective_paths(state: State) -> dict[str, str]:
         return _compute(state)
     if known is None:
         known = _compute(state)
-        if len(_MEMO) < _MAX_MEMO:
+        if len(_MEMO) < _MAX_MEMO and _short(key):
             _MEMO[key] = known
     return dict(known)
 
 
 _ABSENT: Final = object()
+
+
+def _short(key: tuple[object, ...]) -> bool:
+    """Only combinations of short strings are kept (see MAX_MEMO_TEXT)."""
+    return sum(len(part) for part in key if isinstance(part, str)) <= MAX_MEMO_TEXT
 
 
 def _compute(state: State) -> dict[str, str]:

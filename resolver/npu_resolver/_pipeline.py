@@ -20,6 +20,7 @@ from ._content import apply_content_rules
 from ._cross import CROSS_RULES, CrossRule, Stage
 from ._model import (
     JSON,
+    MAX_MEMO_TEXT,
     Code,
     Diagnostic,
     Provenance,
@@ -27,6 +28,7 @@ from ._model import (
     ResolveRequest,
     Severity,
     Source,
+    printable,
     unset,
 )
 from ._options import CACHE_ENV_VARS
@@ -60,7 +62,7 @@ def _fragment(name: str, value: JSON) -> str:
     text = _FRAGMENTS.get(key)
     if text is None:
         text = f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
-        if len(_FRAGMENTS) < _MAX_FRAGMENTS:
+        if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text
 
@@ -116,7 +118,7 @@ def _unknown_product(text: str) -> Diagnostic:
         Code.UNKNOWN_PRODUCT,
         "product",
         "",
-        f"product {text!r} is not recognized; use one of {', '.join(PRODUCT_IDS)}.",
+        f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}.",
         _ALIAS_WORDS[close[0]] if close else "",
     )
 
@@ -164,15 +166,16 @@ def _read_config(
             explicit[name] = (raw, raw)
             continue
         if view is None:
-            suggestion = catalog.suggest(str(name))
+            shown = printable(str(name)[:100])
+            suggestion = catalog.suggest(shown)
             hint = (
                 f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
             )
             state.emit(
                 Code.UNKNOWN_OPTION,
-                str(name)[:100],
+                shown,
                 "",
-                f"option {str(name)[:100]!r} is not an NPURunConfig option{hint}",
+                f"option {shown!r} is not an NPURunConfig option{hint}",
                 suggestion,
             )
             continue
@@ -636,7 +639,8 @@ def _provenance(slot: Slot) -> Provenance:
         cached, key = None, ()
     if cached is None:
         cached = Provenance(slot.source, slot.rules, slot.requested, slot.env_var, slot.detail)
-        if key and len(_PROVENANCE) < _MAX_PROVENANCE:
+        short = not isinstance(slot.requested, str) or len(slot.requested) <= MAX_MEMO_TEXT
+        if key and short and len(_PROVENANCE) < _MAX_PROVENANCE:
             _PROVENANCE[key] = cached
     return cached
 

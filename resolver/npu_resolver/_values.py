@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._catalog import OptionView
-from ._model import JSON, MAX_EXACT_INT, Code
+from ._model import JSON, MAX_EXACT_INT, Code, is_text
 from ._schema import Option, OptType
 
 MAX_OBJECT_DEPTH: Final = 16
@@ -71,7 +71,11 @@ def _unfit(value: JSON) -> str | None:
         if depth > MAX_OBJECT_DEPTH:
             return f"nested at most {MAX_OBJECT_DEPTH} deep"
         if isinstance(item, dict):
+            if not all(is_text(key) for key in item if type(key) is str):
+                return _NOT_TEXT
             stack.extend((v, depth + 1) for v in item.values())
+        elif type(item) is str and not is_text(item):
+            return _NOT_TEXT
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
         elif type(item) is int and not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
@@ -79,6 +83,9 @@ def _unfit(value: JSON) -> str | None:
         elif type(item) is float and not math.isfinite(item):
             return "free of NaN and infinities (JSON has no such numbers)"
     return None
+
+
+_NOT_TEXT: Final = "free of lone UTF-16 surrogates"
 
 
 def _invalid(option: Option, value: JSON, expected: str, suggestion: str = "") -> Problem:
@@ -113,6 +120,8 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
         return _invalid(option, raw, "true or false")
     if kind in (OptType.STR, OptType.PATH):
         if isinstance(raw, str):
+            if not is_text(raw):
+                return _invalid(option, raw, f"a string {_NOT_TEXT}")
             return raw, False
         if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
             return str(raw).lower(), True

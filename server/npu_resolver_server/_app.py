@@ -40,6 +40,13 @@ KEEPALIVE_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.max_connection_age_ms", 300_000),
     ("grpc.max_connection_age_grace_ms", 30_000),
 )
+PENDING_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    # Calls received but not yet handed to a handler. gRPC's defaults (1,000, hard 3,000) cancel
+    # the rest of a launcher's burst with no trace in the log or the metrics; a burst this size
+    # waits its turn instead (a few KiB each), and its deadlines still bound it.
+    ("grpc.server.max_pending_requests", 16_384),
+    ("grpc.server.max_pending_requests_hard_limit", 20_000),
+)
 SERVICE_NAMES: Final = (
     pb.DESCRIPTOR.services_by_name["Resolver"].full_name,
     health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -62,6 +69,7 @@ def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         # One worker must own its port (a second server on it is an error); N workers share it.
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
         *KEEPALIVE_OPTIONS,
+        *PENDING_OPTIONS,
     ]
 
 

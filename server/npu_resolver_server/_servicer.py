@@ -107,9 +107,18 @@ def violation_field(option: str) -> str:
     return f"config.{option}"
 
 
+MAX_BATCH_ITEMS: Final = 1000
+MAX_DIFF_PRODUCTS: Final = 16
+MAX_DETAILS_BYTES: Final = 5000
+"""Status details travel base64-encoded in a trailer; with the message they must stay under
+the 8 KiB of metadata a default gRPC client accepts, or the caller gets no report at all."""
+MAX_MESSAGE_CHARS: Final = 500
+
+
 def error_answer(resolution: Resolution, response: bytes) -> Answer:
     """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response (a
-    serialized ResolveResponse)."""
+    serialized ResolveResponse). A report too large for a trailer keeps as many violations as
+    fit and leaves the response out: the same request with validate_only returns it in full."""
     errors = resolution.errors
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
@@ -119,17 +128,27 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
     ]
     first = errors[0]
     text = f"{violation_field(first.option)}: {first.code.value}: {first.message}"
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
-    status = _status(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        text,
-        [error_details_pb2.BadRequest(field_violations=violations)],
-    )
-    status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # packed as Any.Pack would
+    bad_request = error_details_pb2.BadRequest(field_violations=violations)
+    status = _status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
+    if status.ByteSize() + len(response) + 16 <= MAX_DETAILS_BYTES:
+        status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # as Any.Pack would
+    else:
+        kept = len(violations)
+        while kept > 1 and status.ByteSize() > MAX_DETAILS_BYTES:
+            kept = max(1, kept * 3 // 4)
+            bad_request = error_details_pb2.BadRequest(field_violations=violations[:kept])
+            status = _status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
+        status.message = text + (
+            f"; the report is too large for the error details ({kept} of {len(errors)} errors "
+            "listed): send the request with validate_only for all of it"
+        )
     return Answer(
         grpc.StatusCode.INVALID_ARGUMENT,
-        message=text,
+        message=status.message,
         status_details=status.SerializeToString(),
         product=resolution.product,
         ok=False,
@@ -328,6 +347,13 @@ class ResolverService:
 
     def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         items = parse(pb.ResolveBatchRequest, raw).requests
+        if len(items) > MAX_BATCH_ITEMS:  # each item holds the event loop: refuse, fast
+            raise _RefusedError(
+                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has {len(items)}; "
+                "split it into several calls",
+                "requests",
+                "TOO_MANY_REQUESTS",
+            )
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)
         if item_bytes is None or len(item_bytes) != len(items):
@@ -384,9 +410,16 @@ class ResolverService:
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         request = parse(pb.DiffRequest, raw)
-        products = list(request.products)
+        products = list(dict.fromkeys(request.products))  # a product named twice is one column
         if len(products) < 2:
             raise _RefusedError("a diff needs two or more products", "products", "TOO_FEW_PRODUCTS")
+        if len(products) > MAX_DIFF_PRODUCTS:
+            raise _RefusedError(
+                f"a diff takes at most {MAX_DIFF_PRODUCTS} products (there are "
+                f"{len(npu_resolver.PRODUCTS)}), this one names {len(products)}",
+                "products",
+                "TOO_MANY_PRODUCTS",
+            )
         # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
         # resolver in process reports it.
         try:

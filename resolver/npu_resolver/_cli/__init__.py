@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._catalog import CATALOG
-from .._model import JSON, Resolution, ResolveRequest
+from .._model import (
+    JSON,
+    DuplicateKeyError,
+    Resolution,
+    ResolveRequest,
+    is_text,
+    printable,
+    unique_keys,
+)
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
 from ._render import (
@@ -63,7 +71,9 @@ def _typed(name: str, text: str) -> JSON:
     if option is None or option.type in (OptType.STR, OptType.PATH):
         return text
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise UsageError(f"--set {name}: {exc}") from None
     except json.JSONDecodeError:
         if option.type is OptType.BOOL and text.lower() in ("true", "false"):
             return text.lower() == "true"
@@ -86,8 +96,8 @@ def _read_config(path: str | None) -> dict[str, JSON]:
     if path is None:
         return {}
     try:
-        data = json.loads(_read_text(path, "config"))
-    except json.JSONDecodeError as exc:
+        data = json.loads(_read_text(path, "config"), object_pairs_hook=unique_keys)
+    except ValueError as exc:  # not JSON, or a key written twice
         raise UsageError(f"config {path} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a JSON object of option name to value")
@@ -141,6 +151,9 @@ def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
     if args.inherit_env:
         env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
     env.update(dict(_pairs(args.env, "--env")))
+    for name, value in (*env.items(), ("--workdir", args.workdir or "")):
+        if not (is_text(name) and is_text(value)):  # bytes that are not UTF-8, from argv
+            raise UsageError(f"{printable(name)}: {printable(value)!r} is not valid UTF-8 text")
     return ResolveRequest(
         product=product,
         config=config,

@@ -1,0 +1,158 @@
+"""Caller text that is not Unicode (lone UTF-16 surrogates, as JSON "\\ud800" escapes give) and
+JSON objects that name a key twice: refused with a structured answer, in process, through a
+server and on the command line; never an exception, never INTERNAL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from npu_resolver import Code, ResolveRequest, resolve
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from tests._server import grpc_server, grpc_target  # noqa: F401
+from tests.test_cli import run
+
+LONE = "\ud800"
+BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
+    ("path option", {"debug_dir": f"/job/{LONE}"}, "debug_dir"),
+    (
+        "free string option",
+        {"enable_scope_fusion_passes": f"Pass{LONE}"},
+        "enable_scope_fusion_passes",
+    ),
+    ("choice option", {"jit_compile": LONE}, "jit_compile"),
+    ("object value", {"distribute": {"a": [LONE]}}, "distribute"),
+    ("object key", {"dump_config": {LONE: 1}}, "dump_config"),
+]
+
+
+def _sendable(answer: dict[str, Any]) -> None:
+    """The answer can be written as UTF-8 JSON and so travels on the wire."""
+    json.dumps(answer, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(("name", "config", "option"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_a_lone_surrogate_in_a_value_is_invalid_value_on_its_option(
+    name: str, config: dict[str, Any], option: str
+) -> None:
+    answer = resolve(ResolveRequest("atlas-a2", {**config, "hccl_timeout": 600}))
+    assert [(d.code, d.option) for d in answer.errors] == [(Code.INVALID_VALUE, option)]
+    assert "surrogate" in answer.errors[0].message
+    assert answer.options["hccl_timeout"] == 600  # the rest of the config is still resolved
+    _sendable(answer.to_json())
+
+
+def test_a_lone_surrogate_in_an_option_name_is_echoed_escaped() -> None:
+    answer = resolve(ResolveRequest("atlas-a2", {f"x{LONE}": 1}))
+    assert [(d.code, d.option) for d in answer.errors] == [(Code.UNKNOWN_OPTION, "x\\ud800")]
+    _sendable(answer.to_json())
+
+
+def test_a_long_product_name_is_cut_short_in_the_message() -> None:
+    answer = resolve(ResolveRequest("x" * 5000))
+    assert answer.errors[0].code is Code.UNKNOWN_PRODUCT
+    assert len(answer.errors[0].message) < 200
+
+
+def _raw(target: str, method: str, payload: bytes) -> bytes:
+    with grpc.insecure_channel(target) as channel:
+        reply: bytes = channel.unary_unary(f"/npu.resolver.v1.Resolver/{method}")(
+            payload, timeout=10
+        )
+    return reply
+
+
+def test_surrogate_escapes_in_config_json_get_a_report_not_internal(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    text = '{"debug_dir":"\\ud800","\\udc00":1,"distribute":{"a":"\\ud800"},"hccl_timeout":600}'
+    request = pb.ResolveRequest(product="atlas-a2", config_json=text, validate_only=True)
+    reply = pb.ResolveResponse.FromString(_raw(grpc_target, "Resolve", request.SerializeToString()))
+    assert sorted((d.code, d.option) for d in reply.diagnostics) == [
+        ("INVALID_VALUE", "debug_dir"),
+        ("INVALID_VALUE", "distribute"),
+        ("UNKNOWN_OPTION", "\\udc00"),
+    ]
+    assert reply.options["hccl_timeout"] == 600
+
+
+def test_one_bad_batch_item_does_not_lose_the_others(grpc_target: str) -> None:  # noqa: F811
+    good = pb.ResolveRequest(product="atlas-a2", config_json='{"hccl_timeout":600}')
+    bad = pb.ResolveRequest(product="atlas-a2", config_json='{"debug_dir":"\\ud800"}')
+    batch = pb.ResolveBatchRequest(requests=[good, bad, good])
+    reply = pb.ResolveBatchResponse.FromString(
+        _raw(grpc_target, "ResolveBatch", batch.SerializeToString())
+    )
+    kinds = [item.WhichOneof("result") for item in reply.results]
+    assert kinds == ["response", "status", "response"]
+    assert reply.results[1].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+def test_a_key_written_twice_in_config_json_is_refused_naming_it(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    text = '{"hccl_timeout":"abc","hccl_timeout":600}'
+    request = pb.ResolveRequest(product="atlas-a2", config_json=text, validate_only=True)
+    reply = pb.ResolveResponse.FromString(_raw(grpc_target, "Resolve", request.SerializeToString()))
+    assert [(d.code, d.option) for d in reply.diagnostics] == [("INVALID_VALUE", "config")]
+    assert "'hccl_timeout' appears twice" in reply.diagnostics[0].message
+
+
+def test_cli_refuses_a_config_file_naming_a_key_twice(tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text('{"hccl_timeout": 600, "hccl_timeout": 900}', encoding="utf-8")
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(config))
+    assert proc.returncode == 2
+    assert "'hccl_timeout' appears twice" in proc.stderr
+
+
+def test_cli_reports_surrogate_escapes_in_a_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text('{"debug_dir": "\\ud800"}', encoding="utf-8")
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(config), "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["diagnostics"][0]["option"] == "debug_dir"
+
+
+def test_cli_refuses_env_bytes_that_are_not_utf8() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "npu_resolver._cli",
+            "resolve",
+            "--product",
+            "atlas-a2",
+            b"--env",
+            b"ASCEND_WORK_PATH=/job/\xff",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert b"ASCEND_WORK_PATH" in proc.stderr and b"not valid UTF-8" in proc.stderr
+
+
+def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
+    """Memo tables hold at most 4,096 entries; megabyte strings in them would pin gigabytes."""
+    from npu_resolver import _paths, _pipeline
+
+    def request(text: str, timeout: str) -> ResolveRequest:
+        config = {"debug_dir": text, "hccl_timeout": timeout}
+        return ResolveRequest("atlas-a2", config, env={"ASCEND_WORK_PATH": text}, workdir=text)
+
+    resolve(request("/job", "600 "))  # the same shape with short strings: its entries are kept
+    tables = (_paths._MEMO, _pipeline._FRAGMENTS, _pipeline._PROVENANCE)
+    before = [len(table) for table in tables]
+    for i in range(20):
+        long = f"/job/{i}/" + "d" * 100_000
+        answer = resolve(request(long, "600" + " " * (1000 + i)))
+        assert answer.ok and answer.paths["debug_dir"] == long
+    assert [len(table) for table in tables] == before
