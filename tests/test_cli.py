@@ -328,3 +328,22 @@ def test_diff_table_says_why_rows_differ() -> None:
     assert proc.returncode == 0
     assert "atlas-training: WARNING DROPPED_UNSUPPORTED_PRODUCT [R-IBC-1]" in proc.stdout
     assert "atlas-training: INFO ROUNDED [R-HCT-3] hccl_timeout" in proc.stdout
+
+
+def test_set_env_and_product_take_several_values_after_one_flag() -> None:
+    """The contract writes `[--set NAME=VALUE ...]`: both one flag with several values and the
+    flag repeated are accepted, and mean the same."""
+    code, one = resolve_json(
+        "--product", "atlas-training", "--set", "hccl_timeout=600", "deterministic=1",
+        "--env", "ASCEND_WORK_PATH=/w", "NPU_COLLECT_PATH=/c",
+    )  # fmt: skip
+    code2, repeated = resolve_json(
+        "--product", "atlas-training", "--set", "hccl_timeout=600", "--set", "deterministic=1",
+        "--env", "ASCEND_WORK_PATH=/w", "--env", "NPU_COLLECT_PATH=/c",
+    )  # fmt: skip
+    assert code == code2 == 0
+    assert one == repeated
+    assert one["options"]["hccl_timeout"] == 544 and one["options"]["deterministic"] == 1
+    assert one["paths"]["exception_dump_dir"] == "/c"
+    proc = run("diff", "--product", "atlas-a2", "atlas-training", "--set", "hccl_timeout=600")
+    assert proc.returncode == 0 and "544" in proc.stdout

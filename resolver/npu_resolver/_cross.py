@@ -14,7 +14,7 @@ from typing import Final
 from ._model import Code, Source
 from ._products import Family
 from ._schema import Mode, Option
-from ._state import State
+from ._state import Slot, State
 from ._values import show
 
 
@@ -80,15 +80,23 @@ def _origin(state: State, name: str) -> str:
 
 def inference_small_channel(state: State) -> None:
     """R-ESC-1: in online inference enable_small_channel is not configurable and is 1."""
-    if state.mode is Mode.INFERENCE:
-        state.force(
-            "enable_small_channel",
-            1,
-            "R-ESC-1",
-            "graph_run_mode=0 (online inference)",
-            "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
-            f"remove it from {_origin(state, 'enable_small_channel')}.",
-        )
+    name = "enable_small_channel"
+    slot = state.slots.get(name)
+    if state.mode is not Mode.INFERENCE or slot is None:
+        return
+    detail = "graph_run_mode=0 (online inference)"
+    message = (
+        "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
+        f"remove it from {_origin(state, name)}."
+    )
+    if slot.value != 1:
+        state.force(name, 1, "R-ESC-1", detail, message)
+        return
+    # Already 1, yet still not the caller's to choose: the rule decides it, and one who set it
+    # hears that the setting is ignored.
+    state.slots[name] = Slot(1, Source.DERIVED, slot.with_rule("R-ESC-1").rules, detail=detail)
+    if slot.is_set:
+        state.emit(Code.FORCED, name, "R-ESC-1", message)
 
 
 def small_channel_in_training(state: State) -> None:

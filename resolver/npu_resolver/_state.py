@@ -141,7 +141,7 @@ class State:
 
     def emit(self, code: Code, option: str, rule: str, message: str, suggestion: str = "") -> None:
         severity = CODE_SEVERITY[code]
-        if self.strict and (code in DROP_CODES or code is Code.POLICY_LOCKED):
+        if self.strict and code in DROP_CODES:
             severity = Severity.ERROR
         self.diagnostics.append(Diagnostic(severity, code, option, rule, message, suggestion))
 

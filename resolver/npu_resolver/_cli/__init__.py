@@ -325,14 +325,20 @@ def _serve(argv: Sequence[str]) -> int:
 def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = False) -> None:
     if multi_product:
         parser.add_argument(
-            "--product", action="append", required=True, help="product id or alias (repeat)"
+            "--product",
+            action="extend",
+            nargs="+",
+            required=True,
+            help="product ids or aliases (--product A B, or repeat the flag)",
         )
     else:
         parser.add_argument("--product", required=True, help="product id or alias, e.g. atlas-a2")
     parser.add_argument("--config", help="JSON file of option name to value, or - for stdin")
-    parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="set one option")
     parser.add_argument(
-        "--env", action="append", metavar="NAME=VALUE", help="the job's environment"
+        "--set", action="extend", nargs="+", metavar="NAME=VALUE", help="set options"
+    )
+    parser.add_argument(
+        "--env", action="extend", nargs="+", metavar="NAME=VALUE", help="the job's environment"
     )
     parser.add_argument(
         "--inherit-env", action="store_true", help="add the named variables from this environment"
@@ -346,7 +352,11 @@ def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = Fa
         "--strict", action="store_true", help="options that would be dropped are errors"
     )
     parser.add_argument(
-        "--attach", action="append", metavar="OPTION=FILE", help="attach the file an option names"
+        "--attach",
+        action="extend",
+        nargs="+",
+        metavar="OPTION=FILE",
+        help="attach the file an option names",
     )
     parser.add_argument(
         "--read-files",

@@ -1,0 +1,124 @@
+"""What the server bounds so that one caller cannot stall it or lose another's reply: batch
+size, diff width, error details that fit a trailer, and bursts beyond gRPC's pending queue."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from npu_resolver_client import ResolveError, ResolverClient
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DIFF_PRODUCTS
+from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
+
+RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
+BATCH = "/npu.resolver.v1.Resolver/ResolveBatch"
+
+
+def _call(target: str, method: str, payload: bytes) -> tuple[grpc.StatusCode, Any]:
+    """A call on a channel with gRPC's default options, as any third-party client has."""
+    with grpc.insecure_channel(target) as channel:
+        try:
+            return grpc.StatusCode.OK, channel.unary_unary(method)(payload, timeout=20)
+        except grpc.RpcError as error:
+            return error.code(), error
+
+
+def test_a_batch_over_the_item_limit_is_refused_naming_the_limit(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    item = pb.ResolveRequest(product="atlas-a2", validate_only=True)
+    batch = pb.ResolveBatchRequest(requests=[item] * (MAX_BATCH_ITEMS + 1))
+    code, error = _call(grpc_target, BATCH, batch.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"at most {MAX_BATCH_ITEMS} requests" in error.details()
+    batch = pb.ResolveBatchRequest(requests=[item] * MAX_BATCH_ITEMS)
+    code, reply = _call(grpc_target, BATCH, batch.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    assert len(pb.ResolveBatchResponse.FromString(reply).results) == MAX_BATCH_ITEMS
+
+
+def test_a_diff_names_each_product_once_and_at_most_the_limit(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    method = "/npu.resolver.v1.Resolver/Diff"
+    wide = pb.DiffRequest(products=[f"card-{i}" for i in range(MAX_DIFF_PRODUCTS + 1)])
+    code, error = _call(grpc_target, method, wide.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"at most {MAX_DIFF_PRODUCTS} products" in error.details()
+    repeated = pb.DiffRequest(products=["atlas-a2", "atlas-a3"] * 10_000)
+    code, reply = _call(grpc_target, method, repeated.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    assert list(pb.DiffResponse.FromString(reply).products) == ["atlas-a2", "atlas-a3"]
+
+
+def _details(error: Any) -> status_pb2.Status:
+    raw = dict(error.trailing_metadata())["grpc-status-details-bin"]
+    return status_pb2.Status.FromString(raw)
+
+
+def test_a_report_of_many_errors_reaches_a_default_client(grpc_target: str) -> None:  # noqa: F811
+    """60 misspelt options: the details would be ~17 KiB with the response packed, over the
+    metadata limit of a default client, which would then get RESOURCE_EXHAUSTED and no report."""
+    config = {f"no_such_option_number_{i}": i for i in range(60)}
+    request = pb.ResolveRequest(product="atlas-a2")
+    request.config.update(config)
+    code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, error
+    status = _details(error)
+    assert "validate_only" in error.details()
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad)
+    assert 1 <= len(bad.field_violations) < 60
+    assert all(v.reason == "UNKNOWN_OPTION" for v in bad.field_violations)
+    assert len(status.details) == 1  # the response is left out; validate_only returns it
+
+
+def test_a_report_of_a_few_errors_still_packs_the_response(grpc_target: str) -> None:  # noqa: F811
+    request = pb.ResolveRequest(product="atlas-a2")
+    request.config.update({"hccl_timeout": -5, "no_such_option": 1})
+    code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    packed = [d for d in _details(error).details if d.type_url.endswith("ResolveResponse")]
+    assert len(packed) == 1
+
+
+def test_the_client_gets_the_whole_report_of_many_errors(grpc_target: str) -> None:  # noqa: F811
+    config = {f"no_such_option_number_{i}": i for i in range(60)}
+    with ResolverClient(grpc_target) as client, pytest.raises(ResolveError) as info:
+        client.resolve("atlas-a2", config)
+    assert info.value.resolution is not None
+    assert len(info.value.resolution.errors) == 60
+
+
+def test_a_burst_beyond_grpcs_default_pending_queue_is_answered_in_full() -> None:
+    """gRPC cancels received calls past 1,000 pending by default; none may be lost."""
+    payload = pb.ResolveRequest(product="atlas-a2", validate_only=True).SerializeToString()
+    calls = 2500
+
+    async def burst(target: str) -> Counter[str]:
+        channels = [grpc.aio.insecure_channel(target) for _ in range(4)]
+        try:
+            methods = [ch.unary_unary(RESOLVE) for ch in channels]
+
+            async def one(i: int) -> str:
+                try:
+                    await methods[i % len(methods)](payload, timeout=60)
+                except grpc.aio.AioRpcError as error:
+                    return str(error.code().name)
+                return "OK"
+
+            return Counter(await asyncio.gather(*(one(i) for i in range(calls))))
+        finally:
+            for ch in channels:
+                await ch.close()
+
+    server = ProcessServer()
+    with server:
+        codes = asyncio.run(burst(server.target))
+    assert codes == Counter({"OK": calls})
