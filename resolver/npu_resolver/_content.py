@@ -92,6 +92,14 @@ def _aoe(state: State, parsed: AoeConfig) -> None:
     mode = state.value("aoe_mode")
     if mode is None:
         return
+    if {"deeper_opat", "nonhomo_split"} <= parsed.features:
+        state.conflict(
+            "aoe_config_file",
+            "R-AOE-6",
+            "aoe_config_file lists both features deeper_opat (needs aoe_mode '2') and "
+            "nonhomo_split (needs aoe_mode '1'); no aoe_mode serves both: keep one of them.",
+        )
+        return
     for feature, needed in (("deeper_opat", "2"), ("nonhomo_split", "1")):
         if feature in parsed.features and mode != needed:
             # Only suggest an aoe_mode this product accepts (R-AOE-3: no '1' on a2 and a3).

@@ -7,6 +7,7 @@ Every check is a single linear pass: a caller's string is never evaluated.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final
 
 _INT: Final = re.compile(r"[0-9]+")
@@ -91,6 +92,18 @@ def shape_range(value: str) -> str | None:
 
 
 _PATH_OK: Final = re.compile(r"[A-Za-z0-9_\-./\u4e00-\u9fff\u3400-\u4dbf]*")
+"""The common characters, matched at once; the rare ideographs outside these blocks are
+checked one by one (path_char_ok)."""
+_PATH_PUNCTUATION: Final = frozenset("_-./")
+_IDEOGRAPH_NAMES: Final = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH")
+
+
+def path_char_ok(char: str) -> bool:
+    """R-FSF-1: ASCII letters and digits, '_', '-', '.', '/', and Chinese characters: every
+    CJK ideograph, the extension blocks beyond U+FFFF and the compatibility ones included."""
+    if char.isascii():
+        return char.isalnum() or char in _PATH_PUNCTUATION
+    return unicodedata.name(char, "").startswith(_IDEOGRAPH_NAMES)
 
 
 def path_chars(value: str) -> str | None:
@@ -98,12 +111,13 @@ def path_chars(value: str) -> str | None:
     if not value:
         return "the path is empty"
     match = _PATH_OK.match(value)
-    end = match.end() if match else 0
-    if end < len(value):
-        return (
-            f"character {value[end]!r} at position {end + 1} is not allowed "
-            "(letters, digits, '_', '-', '.', Chinese characters and '/' only)"
-        )
+    start = match.end() if match else 0
+    for end in range(start, len(value)):
+        if not path_char_ok(value[end]):
+            return (
+                f"character {value[end]!r} at position {end + 1} is not allowed "
+                "(letters, digits, '_', '-', '.', Chinese characters and '/' only)"
+            )
     return None
 
 

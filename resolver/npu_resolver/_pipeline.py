@@ -421,8 +421,10 @@ def _slot(
         )
     if name in state.refused:
         return None
+    # Notes on where a value came from only matter where the option acts; elsewhere the gate's
+    # warning (step 6) is all there is to say.
     if given is not None:
-        if from_env is not None:
+        if from_env is not None and view.acts:
             state.emit(
                 Code.ENV_OVERRIDDEN,
                 name,
@@ -437,12 +439,13 @@ def _slot(
             requested=unset() if _same(given[1], given[0]) else given[1],
         )
     if from_env is not None:
-        state.emit(
-            Code.FROM_ENV,
-            name,
-            option.env_rule,
-            f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
-        )
+        if view.acts:
+            state.emit(
+                Code.FROM_ENV,
+                name,
+                option.env_rule,
+                f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
+            )
         return Slot(from_env, Source.ENV, _rules(option.rule, *env_rules), env_var=option.env)
     entry = layer.defaults.get(name)
     if entry is not None:

@@ -6,11 +6,11 @@ beats it. That UBFusion has no effect on atlas-350 is the core's to say.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from .._formats import path_char_ok
 from ._common import Issues, ParseIssue, frozen_map, run_parser, show
 from ._json import JsonDoc, describe, kind, load_object
 from ._json_layout import Path
@@ -22,8 +22,6 @@ SECTIONS: Final = ("GraphFusion", "UBFusion")
 STATES: Final = ("on", "off")
 ALL: Final = "ALL"
 _LAYOUT: Final = '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
-_PATH_PUNCTUATION: Final = frozenset("_-./")
-_IDEOGRAPH_NAMES: Final = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +83,10 @@ def check_path_chars(path: str, rule: str = PATH_RULE) -> ParseIssue | None:
     if not path:
         return ParseIssue(0, 0, "the path is empty", rule=rule)
     for index, char in enumerate(path):
-        if not _path_char_ok(char):
+        if not path_char_ok(char):
             text = (
                 f"column {index + 1}: character {char!r} (U+{ord(char):04X}) is not allowed in "
                 "the path; use letters, digits, '_', '-', '.', Chinese characters and '/'"
             )
             return ParseIssue(0, index + 1, text, rule=rule)
     return None
-
-
-def _path_char_ok(char: str) -> bool:
-    if char.isascii():
-        return char.isalnum() or char in _PATH_PUNCTUATION
-    return unicodedata.name(char, "").startswith(_IDEOGRAPH_NAMES)
