@@ -222,6 +222,20 @@ def loop_with_mixed_compute(state: State) -> None:
         )
 
 
+def loop_sinking_needs_getnext(state: State) -> None:
+    """R-DEP-1: "GetNext算子下沉是使能训练迭代循环下沉的必要条件": iterations_per_loop above 1
+    sinks the training loop, which GetNext sinking (enable_data_pre_proc True) must enable."""
+    loops = state.value("iterations_per_loop")
+    if state.value("enable_data_pre_proc") is False and isinstance(loops, int) and loops > 1:
+        state.conflict(
+            "enable_data_pre_proc",
+            "R-DEP-1",
+            f"enable_data_pre_proc false keeps GetNext on the host, but iterations_per_loop "
+            f"{loops} sinks the training loop to the NPU, which needs GetNext sunk too; set "
+            "enable_data_pre_proc true (its default) or iterations_per_loop 1.",
+        )
+
+
 def host_placement_needs_mixed_compute(state: State) -> None:
     """R-VPL-2: variable_placement Host requires mix_compile_mode True."""
     if state.value("variable_placement") == "Host" and state.value("mix_compile_mode") is not True:
@@ -468,9 +482,15 @@ def debug_level_on_350(state: State) -> None:
 
 
 def _warn_set_options(
-    state: State, flagged: Callable[[Option], str | None], code: Code, text: str
+    state: State,
+    flagged: Callable[[Option], str | None],
+    code: Code,
+    text: str,
+    *,
+    given: bool = False,
 ) -> None:
-    """One warning per option a caller or the policy set whose catalog entry is flagged.
+    """One warning per option a caller or the policy set whose catalog entry is flagged; with
+    `given`, also for one the caller's config held that was dropped or refused since.
 
     `flagged` gives the rule id to cite, or None when the option is not flagged.
     """
@@ -479,7 +499,7 @@ def _warn_set_options(
         if not view.flagged:
             continue
         rule = flagged(view.option)
-        if rule is not None and state.is_set(name):
+        if rule is not None and (state.is_set(name) or (given and name in state.given)):
             state.emit(code, name, rule, f"{name} {text}")
 
 
@@ -490,6 +510,7 @@ def experimental_warning(state: State) -> None:
         lambda option: EXPERIMENTAL_RULE if option.experimental else None,
         Code.EXPERIMENTAL,
         "is experimental: it may change in later versions and is not for commercial products.",
+        given=True,  # R-EXP-2: "each one a caller sets", whether or not it acts here
     )
 
 
@@ -513,6 +534,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-IPL-2", Stage.CROSS, loop_with_mixed_compute),
     CrossRule("R-VPL-2", Stage.CROSS, host_placement_needs_mixed_compute),
     CrossRule("R-OPM-1", Stage.CROSS, op_precision_supersedes_implmode),
+    CrossRule("R-DEP-1", Stage.CROSS, loop_sinking_needs_getnext),
     CrossRule("R-DEP-5", Stage.CROSS, optypelist_needs_implmode),
     CrossRule("R-DEP-7", Stage.CROSS, execute_mode_needs_dynamic_input),
     CrossRule("R-LRI-1", Stage.CROSS, rank_and_device_list_together),

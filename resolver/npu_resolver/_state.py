@@ -6,7 +6,7 @@ conflict, note) so that severity, `strict` and provenance are handled in one pla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -119,6 +119,8 @@ class State:
     """Options the source gives no default for here, though it does elsewhere."""
     attachments: dict[str, Any] = field(default_factory=dict)
     """Parsed attachment content per option (set by the attachment stage)."""
+    given: Collection[str] = ()
+    """The option names the caller's config holds (known ones, whatever became of them)."""
     unrounded: dict[str, int] = field(default_factory=dict)
     """Values as configured before a rounding rule changed them (R-HCT-3)."""
 
