@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from ._cross import dynamic_shape
 from ._model import Code
 from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._state import State
@@ -69,6 +70,17 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
             "R-ODC-3",
             f"op_debug_config enables oom while NPU_COLLECT_PATH={collect} is set; the compiled "
             "model would fail: remove oom or unset NPU_COLLECT_PATH.",
+        )
+    ccec = sorted(options & {"ccec_O0", "ccec_g"})
+    dynamic = dynamic_shape(state)
+    if ccec and dynamic is not None:  # the source's advice under op_debug_config
+        state.emit(
+            Code.ADVICE,
+            name,
+            "R-ODC-1",
+            f"op_debug_config enables {' and '.join(ccec)}, which enlarge operator kernels; with "
+            f"{dynamic} true (dynamic shape) a kernel may grow too large to compile, and the "
+            "source advises against ccec options there: remove them unless you need them.",
         )
     if "oom" in options and state.value("op_debug_level") == 2:  # R-DEP-3
         state.conflict(

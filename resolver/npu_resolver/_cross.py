@@ -357,7 +357,7 @@ def _dynamic(state: State) -> bool:
     return state.value("compile_dynamic_mode") is True
 
 
-def _dynamic_shape(state: State) -> str | None:
+def dynamic_shape(state: State) -> str | None:
     """The option that makes the graph dynamic-shape, if the config says so: compile_dynamic_mode
     (every input shape generalized to -1) or dynamic_input (the inputs are dynamic). Without
     either the graph may be static, as the static-shape-only options assume."""
@@ -369,7 +369,7 @@ def _dynamic_shape(state: State) -> str | None:
 
 def fusion_size_static_only(state: State) -> None:
     """R-IFS-2: input_fusion_size acts on static-shape graphs only."""
-    dynamic = _dynamic_shape(state)
+    dynamic = dynamic_shape(state)
     _needs(
         state,
         "input_fusion_size",
@@ -406,7 +406,7 @@ def multistream_static_only(state: State) -> None:
     """R-AMP-1: 'cv' is static-shape only and excludes ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1."""
     if "auto_multistream_parallel_mode" not in state.slots:
         return
-    dynamic = _dynamic_shape(state)
+    dynamic = dynamic_shape(state)
     if dynamic is not None:
         state.drop(
             "auto_multistream_parallel_mode",
@@ -433,7 +433,7 @@ def aicore_num_with_prebuilt(state: State) -> None:
         "aicore_num has no effect with jit_compile 'false' on a static-shape graph "
         "(prebuilt operator binaries are reused; neither compile_dynamic_mode nor dynamic_input "
         "says the graph is dynamic); set jit_compile 'auto' or 'true', or remove it.",
-        not (state.value("jit_compile") == "false" and _dynamic_shape(state) is None),
+        not (state.value("jit_compile") == "false" and dynamic_shape(state) is None),
         reads=("jit_compile", *_DYNAMIC_SHAPE),
     )
 

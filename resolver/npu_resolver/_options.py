@@ -100,7 +100,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "Path to a .cfg of operator debug options (oom, dump_cce, dump_loc, ccec_O0, ccec_g, "
         "check_flag) and an optional op_debug_list.",
         rules=("R-ODC-2", "R-ODC-3", "R-OCC-3"), validator=fmt.non_empty,
-        validator_rule="R-ODC-1", attachment=True,
+        validator_rule="R-ODC-1", attachment=True, empty_is_unset=True,
     ),
     Option(
         "debug_dir", S.DEBUGGING, T.PATH, "R-DBG-1",

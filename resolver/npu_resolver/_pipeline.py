@@ -179,12 +179,14 @@ def _read_config(
                 suggestion,
             )
             continue
-        if raw is None:
+        if raw is None or (raw == "" and view.option.empty_is_unset):
             state.emit(
                 Code.NORMALIZED,
                 name,
                 view.option.rule,
-                f"{name} null means not set; it takes its default. Leave it out instead.",
+                f"{name} {show(raw)} means not set"
+                f"{'; it takes its default' if view.default is not None else ''}. "
+                "Leave it out instead.",
             )
             continue
         parsed = parse(view, raw, product=state.pid)
@@ -499,7 +501,10 @@ def _precedence(
             if value is raw or _same(value, raw):
                 fields = (value, user, view.user_rules, _UNSET, "", "", False, view.user_provenance)
             else:
-                fields = (value, user, view.user_rules, raw, "", "", False, None)
+                rules = view.user_rules
+                if isinstance(raw, str) and raw in view.option.aliases:  # R-PM-2: an old name
+                    rules = _rules(*rules, view.option.aliases_rule)
+                fields = (value, user, rules, raw, "", "", False, None)
             slots[name] = new_slot(Slot, fields)
             if undocumented:
                 undocumented.pop(name, None)
@@ -577,6 +582,9 @@ def _why(state: State, gate: ValueGate) -> str:
     """Why a value is refused here, as the end of a sentence about it."""
     kind = _gate_kind(state, gate)
     if kind == "version":
+        if gate.products is not None and state.pid not in gate.products:
+            only = ", ".join(sorted(gate.products))
+            return f"is not supported in this version (source 900), and only on {only} at all"
         return "is not supported in this version (source 900)"
     if kind == "mode":
         return f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"

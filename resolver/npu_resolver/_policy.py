@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,20 +36,28 @@ from ._values import Problem, parse
 
 KINDS: Final = ("defaults", "locked")
 MAX_POLICY_BYTES: Final = 1024 * 1024
+DEEP_NESTING: Final = 100
+"""Levels of arrays or inline tables from which a value is named as the culprit when the
+parser runs out of recursion depth."""
+_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
 class PolicyError(ValueError):
-    """A policy file that may not be used; the message names the file, table and key."""
+    """A policy file that may not be used; the message names the file, table and key.
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    `digest` is a short hash of the refused bytes when they were read, so that a server can
+    tell which file it refused without reading it again."""
+
+    def __init__(self, source: str, problems: list[str], *, digest: str = "") -> None:
         self.source = source
         self.problems = problems
+        self.digest = digest
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
 class PolicyReadError(PolicyError):
-    """The policy file cannot be read at all (missing, unreadable, too large): not a verdict
-    on its content."""
+    """The policy file cannot be read at all (missing, unreadable, not a regular file, too
+    large, nested beyond what the parser can follow): not a verdict on its content."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +245,16 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
 def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG) -> Policy:
     """A Policy from TOML text; PolicyError lists every problem with table and key."""
     try:
+        return _parse_policy(text, source, catalog)
+    except RecursionError:
+        # The TOML parser (and the checks after it) recurse once per level of arrays and
+        # inline tables: a deep enough value exhausts the stack. That is a file the server
+        # cannot read, not a defect to log with a traceback.
+        raise PolicyReadError(source, [_too_deep(text)]) from None
+
+
+def _parse_policy(text: str, source: str, catalog: Catalog) -> Policy:
+    try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(source, [f"invalid TOML: {exc}"]) from None
@@ -249,17 +270,147 @@ def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG
     return policy
 
 
+_KEY_BEFORE_VALUE: Final = re.compile(r"^\s*(.+?)\s*=\s*$")
+
+
+def _too_deep(text: str) -> str:
+    """The refusal of a file nested too deeply, naming the line and key of the first value
+    that goes past DEEP_NESTING levels when a scan finds one."""
+    site = _deep_value(text)
+    if site is None:
+        return "nested too deeply: arrays or inline tables within each other past what can be read"
+    line, key = site
+    what = f"the value of {key}" if key else "a value"
+    return (
+        f"nested too deeply: {what} at line {line} has over {DEEP_NESTING} levels of arrays "
+        "or inline tables"
+    )
+
+
+def _deep_value(text: str) -> tuple[int, str] | None:
+    """(line, key) where the first value nested past DEEP_NESTING levels starts; strings and
+    comments are skipped, and a table header opens and closes on its own line."""
+    depth = start_line = 0
+    key = ""
+    line = 1
+    quote = ""
+    i, end = 0, len(text)
+    while i < end:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        if quote:
+            if ch == "\\" and quote[0] == '"':
+                if text.startswith("\n", i + 1):
+                    line += 1
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif ch == "#":
+            newline = text.find("\n", i)
+            i = end if newline < 0 else newline
+            continue
+        elif ch in "\"'":
+            quote = ch * 3 if text.startswith(ch * 3, i) else ch
+            i += len(quote)
+            continue
+        elif ch in "[{":
+            if depth == 0:
+                start_line = line
+                found = _KEY_BEFORE_VALUE.match(text[text.rfind("\n", 0, i) + 1 : i])
+                key = found.group(1) if found else ""
+            depth += 1
+            if depth > DEEP_NESTING:
+                return start_line, key
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return None
+
+
+def _not_regular(path: str | Path, mode: int) -> str:
+    """What a path that is not a regular file is, in words (through symlinks, as opened)."""
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "a special file")
+    target = os.path.realpath(path)
+    via = f"a symlink to {target}, " if target != os.path.abspath(path) else ""
+    return f"is {via}{kind}, not a regular file"
+
+
+def read_policy_bytes(path: str | Path, limit: int = MAX_POLICY_BYTES) -> bytes:
+    """The bytes of a policy file, read so that the caller can never hang or run out of memory.
+
+    The open does not block (a FIFO would wait for a writer forever), anything but a regular
+    file is refused before a byte is read (a FIFO, a device such as /dev/zero, a directory),
+    and at most `limit` + 1 bytes are read, so a file that grows after the size check is
+    still refused by size."""
+    source = str(path)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        with_kind = _kind_of(path)
+        problem = with_kind or f"cannot read: {exc.strerror or exc}"
+        raise PolicyReadError(source, [problem]) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyReadError(source, [_not_regular(path, info.st_mode)])
+        if info.st_size > limit:
+            raise PolicyReadError(
+                source, [f"the file is {info.st_size} bytes, over the limit of {limit} bytes"]
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise PolicyReadError(source, [f"the file is over the limit of {limit} bytes"])
+        return b"".join(chunks)
+    except OSError as exc:
+        raise PolicyReadError(source, [f"cannot read: {exc.strerror or exc}"]) from None
+    finally:
+        os.close(fd)
+
+
+def _kind_of(path: str | Path) -> str:
+    """The refusal for a path that exists but cannot be opened for being no regular file (a
+    Unix socket refuses open); empty when it is missing or a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    return "" if stat.S_ISREG(mode) else _not_regular(path, mode)
+
+
+def content_digest(raw: bytes) -> str:
+    """The short hash by which a refused file is reported."""
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
 def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
     """Read and check a policy file (the one place the resolver package opens a file)."""
-    file = Path(path)
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise PolicyReadError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_POLICY_BYTES:
-        raise PolicyReadError(str(path), [f"the file is over {MAX_POLICY_BYTES} bytes"])
+    source = str(path)
+    raw = read_policy_bytes(path)
+    digest = content_digest(raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PolicyError(str(path), [f"not UTF-8 at byte {exc.start}"]) from None
-    return parse_policy(text, str(path), catalog)
+        raise PolicyError(source, [f"not UTF-8 at byte {exc.start}"], digest=digest) from None
+    try:
+        return parse_policy(text, source, catalog)
+    except PolicyError as exc:
+        exc.digest = digest
+        raise

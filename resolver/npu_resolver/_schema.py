@@ -136,6 +136,9 @@ class Option:
     unsupported_rule: str = ""
     attachment: bool = False
     """The option names a file whose content the content rules read."""
+    empty_is_unset: bool = False
+    """The source treats "" as the option left off (op_debug_config: "若…配置非空"), so "" is
+    read as not set, like null, rather than refused as an empty path."""
 
     @property
     def all_rules(self) -> tuple[str, ...]:
