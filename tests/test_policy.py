@@ -51,7 +51,9 @@ def test_r_exd_1_locked_dump_beats_caller_with_policy_locked_warning() -> None:
         ResolveRequest(product="atlas-a2", config={"enable_exception_dump": 0}, strict=True),
         policy=policy,
     )
-    assert not strict.ok
+    # strict turns drops into errors (the contract), not a lock's replacement: still a warning
+    assert strict.ok
+    assert [(d.severity, d.code) for d in strict.diagnostics] == [("WARNING", "POLICY_LOCKED")]
 
 
 def test_r_hct_3_policy_default_600_rounds_to_544_on_training() -> None:

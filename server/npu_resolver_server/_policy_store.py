@@ -6,15 +6,20 @@ reload swaps it atomically between requests. The file is watched by polling its 
 Kubernetes ConfigMap swap of the `..data` symlink, and reloaded on SIGHUP or the ReloadPolicy
 call. A file that does not load keeps the last good policy; the error is logged and shown by
 GetPolicy and the health detail.
+
+Reading the file cannot hang or exhaust memory (the default loader opens it without blocking,
+refuses anything but a regular file and reads at most the size limit), but checking a large
+policy takes a while: the watcher loads in a worker thread and applies the result on the event
+loop. SIGHUP and ReloadPolicy load synchronously, as their callers need the outcome at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,17 @@ def _load_errors() -> tuple[type[Exception], ...]:
     from npu_resolver import PolicyError
 
     return (PolicyError, OSError, UnicodeDecodeError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One load of the file, possibly made in a worker thread; `seq` orders the attempts so
+    that a slow one never replaces the result of one started after it."""
+
+    seq: int
+    file_id: FileId | None
+    policy: PolicyLike | None
+    error: Exception | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +94,9 @@ class PolicyStore:
         self.failures = 0
         self._file_id: FileId | None = None
         self._task: asyncio.Task[None] | None = None
+        self._lock = threading.RLock()
+        self._started = 0
+        self._applied = 0
 
     @classmethod
     def fixed(cls, policy: PolicyLike | None) -> PolicyStore:
@@ -116,45 +135,80 @@ class PolicyStore:
         """Reload the file now; on failure keep the last good policy and record why."""
         if self.path is None:
             return ReloadOutcome(False, self.version, "the server has no policy file")
-        self._file_id = self._identify()
+        return self._apply(self._attempt())
+
+    def _attempt(self) -> _Attempt:
+        """Load the file without touching the store (safe in a worker thread); any exception,
+        a loader defect included, is the outcome rather than raised."""
+        assert self.path is not None
+        with self._lock:
+            self._started += 1
+            seq = self._started
+        file_id = self._identify()  # before reading: a change during the load is seen next
         try:
-            policy = self._loader(self.path)
+            return _Attempt(seq, file_id, self._loader(self.path), None)
         except Exception as exc:
-            # A loader defect must not take the last good policy away either: it is counted
-            # and reported like a bad file, with its traceback in the log.
-            expected = isinstance(exc, _load_errors())
-            if not expected:
-                log.exception("policy loader failed unexpectedly")
-            self.failures += 1
-            self.last_error = (
-                (str(exc) or type(exc).__name__)
-                if expected
-                else f"internal error while loading the policy ({type(exc).__name__}: {exc})"
-            )
-            self.refused_version = _file_hash(self.path)
-            log.error(
-                "policy reload failed; keeping the last good policy",
-                extra={
-                    "fields": {
-                        "event": "policy_reload_failed",
-                        "error": self.last_error,
-                        "policy_version": self.version,
-                    }
-                },
-            )
+            return _Attempt(seq, file_id, None, exc)
+
+    def _apply(self, attempt: _Attempt) -> ReloadOutcome:
+        with self._lock:
+            if attempt.seq < self._applied:  # a later load has been applied meanwhile
+                return ReloadOutcome(False, self.version, self.last_error)
+            self._applied = attempt.seq
+            self._file_id = attempt.file_id
+            if attempt.error is not None:
+                return self._refuse(attempt.error)
+            policy = attempt.policy
+            assert policy is not None
+            self.last_error = ""
+            self.refused_version = ""
+            changed = self.current is None or policy.version != self.current.version
+            self.current = policy  # one reference assignment: atomic for every request
+            if changed:
+                log.info(
+                    "policy reloaded",
+                    extra={
+                        "fields": {"event": "policy_reloaded", "policy_version": policy.version}
+                    },
+                )
             self._changed()
-            return ReloadOutcome(False, self.version, self.last_error)
-        self.last_error = ""
-        self.refused_version = ""
-        changed = self.current is None or policy.version != self.current.version
-        self.current = policy  # one reference assignment: atomic for every request
-        if changed:
-            log.info(
-                "policy reloaded",
-                extra={"fields": {"event": "policy_reloaded", "policy_version": policy.version}},
-            )
+            return ReloadOutcome(changed, policy.version)
+
+    def _refuse(self, exc: Exception) -> ReloadOutcome:
+        # A loader defect must not take the last good policy away either: it is counted
+        # and reported like a bad file, with its traceback in the log.
+        expected = isinstance(exc, _load_errors())
+        if not expected:
+            log.error("policy loader failed unexpectedly", exc_info=exc)
+        self.failures += 1
+        self.last_error = (
+            (str(exc) or type(exc).__name__)
+            if expected
+            else f"internal error while loading the policy ({type(exc).__name__}: {exc})"
+        )
+        self.refused_version = self._refused_digest(exc)
+        log.error(
+            "policy reload failed; keeping the last good policy",
+            extra={
+                "fields": {
+                    "event": "policy_reload_failed",
+                    "error": self.last_error,
+                    "policy_version": self.version,
+                }
+            },
+        )
         self._changed()
-        return ReloadOutcome(changed, policy.version)
+        return ReloadOutcome(False, self.version, self.last_error)
+
+    def _refused_digest(self, exc: Exception) -> str:
+        """The refused file's short hash: the one the default loader took of the bytes it read
+        (none when it could not read them), else from a bounded read of the file."""
+        from npu_resolver._policy import PolicyError, PolicyReadError
+
+        if isinstance(exc, PolicyError) and (exc.digest or isinstance(exc, PolicyReadError)):
+            return exc.digest
+        assert self.path is not None
+        return _file_hash(self.path)
 
     def add_listener(self, listener: Callable[[PolicyStore], None]) -> None:
         """Call `listener(store)` after every load or failed reload."""
@@ -177,7 +231,11 @@ class PolicyStore:
         while True:
             await asyncio.sleep(interval)
             try:
-                self.check_file()
+                file_id = self._identify()
+                if file_id is None or file_id == self._file_id:
+                    continue
+                attempt = await asyncio.to_thread(self._attempt)
+                self._apply(attempt)
             except Exception:  # never let the watcher die
                 log.exception("policy watch failed")
 
@@ -211,7 +269,11 @@ class PolicyStore:
 
 
 def _file_hash(path: Path) -> str:
+    """For loaders that read the file themselves: read it once more, within the same limits
+    (never a FIFO, a device or an oversized file); empty when it cannot be read."""
+    from npu_resolver._policy import content_digest, read_policy_bytes
+
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    except OSError:
+        return content_digest(read_policy_bytes(path))
+    except Exception:
         return ""

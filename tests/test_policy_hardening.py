@@ -1,0 +1,382 @@
+"""Policy files that must be refused without harm: FIFOs, devices, oversized and deeply nested
+files. Each is a failed load (last good policy kept, counted, a clear message) and a clean start
+failure, never a hang, a memory blow-up or an internal error."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from npu_resolver import Policy, PolicyError, load_policy, parse_policy
+from npu_resolver._policy import MAX_POLICY_BYTES, PolicyReadError
+from npu_resolver_client import ResolverClient
+from npu_resolver_server import HEALTH_SERVICE, PolicyStore
+from tests._server import ROOT, ProcessServer, free_port
+from tests.test_cli import run as run_cli
+from tests.test_grpc_policy import FakePolicy, fake_loader
+
+GOOD = "[profiles.default.defaults]\nhccl_timeout = 3600\n"
+OTHER = "[profiles.default.defaults]\nhccl_timeout = 1224\n"
+DEEP_ARRAYS = "hccl_timeout = " + "[" * 100_000
+DEEP_TABLES = (
+    '[profiles.default.defaults]\n# a comment with [[ {{ in it\nnote = "[[[{{"\n'
+    "hccl_timeout = " + "{a=" * 50_000
+)
+needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+
+
+def _mv_t(target: str | Path, path: Path) -> None:
+    """Replace `path` by a symlink to `target` in one step, as `ln -s target tmp; mv -T tmp
+    path` does."""
+    staged = path.with_name(path.name + ".staged")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(target)
+    os.replace(staged, path)
+
+
+def _put(path: Path, text: str) -> None:
+    staged = path.with_name(path.name + ".new")
+    staged.write_text(text, encoding="utf-8")
+    os.replace(staged, path)
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _store(path: Path, text: str = GOOD) -> PolicyStore:
+    path.write_text(text, encoding="utf-8")
+    store = PolicyStore(path)
+    store.load_initial()
+    return store
+
+
+# -- FIFOs, devices, directories, size ------------------------------------------------------
+
+
+def test_a_fifo_is_refused_at_once_instead_of_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "policy.fifo"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | object] = []
+
+    def load() -> None:
+        try:
+            outcome.append(load_policy(fifo))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    loading = threading.Thread(target=load, daemon=True)
+    loading.start()
+    loading.join(5)
+    try:
+        assert not loading.is_alive(), "opening the FIFO blocked"
+    finally:
+        if loading.is_alive():  # let the blocked open return so the thread ends
+            os.close(os.open(fifo, os.O_WRONLY))
+            loading.join(5)
+    (error,) = outcome
+    assert isinstance(error, PolicyReadError)
+    assert str(error) == f"{fifo}: is a FIFO (named pipe), not a regular file"
+
+
+@needs_dev_zero
+def test_a_symlink_to_a_device_is_refused_naming_it(tmp_path: Path) -> None:
+    link = tmp_path / "policy.toml"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(PolicyReadError) as caught:
+        load_policy(link)
+    assert str(caught.value) == (
+        f"{link}: is a symlink to /dev/zero, a character device, not a regular file"
+    )
+    with pytest.raises(PolicyReadError, match="is a directory, not a regular file"):
+        load_policy(tmp_path)
+
+
+@needs_dev_zero
+def test_reload_of_a_device_keeps_the_last_good_policy_without_reading_it(
+    tmp_path: Path,
+) -> None:
+    """The ReloadPolicy and SIGHUP path: a failed reload with the device named, not an
+    exception (the call would answer INTERNAL) after reading /dev/zero until out of memory."""
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = store.version
+    _mv_t("/dev/zero", path)
+    outcome = store.reload()
+    assert not outcome.changed and outcome.version == good
+    assert "a character device, not a regular file" in outcome.error
+    status = store.status()
+    assert status.version == good and status.reload_failures == 1
+    assert status.refused_version == ""  # nothing was read, so there is nothing to hash
+    assert store.check_file() is None  # refused once, not again every second
+
+
+def test_an_oversized_file_is_refused_by_size_without_being_read(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = store.version
+    big = tmp_path / "big.toml"
+    with big.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse: costs no disk, only reading costs memory
+    os.replace(big, path)
+    tracemalloc.start()
+    try:
+        outcome = store.check_file()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert outcome is not None and not outcome.changed and store.version == good
+    assert outcome.error == (
+        f"{path}: the file is {64 * 1024 * 1024} bytes, over the limit of {MAX_POLICY_BYTES} bytes"
+    )
+    assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated to refuse the file"
+    assert store.status().refused_version == ""
+
+
+def test_a_file_longer_than_its_size_says_is_read_only_up_to_the_limit() -> None:
+    """/proc files report size 0: the limit must hold while reading, not only at fstat."""
+    from npu_resolver._policy import read_policy_bytes
+
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc")
+    assert maps.stat().st_size == 0
+    with pytest.raises(PolicyReadError, match="over the limit of 100 bytes"):
+        read_policy_bytes(maps, limit=100)
+    assert read_policy_bytes(maps, limit=MAX_POLICY_BYTES)
+
+
+def test_the_refused_version_is_the_hash_of_the_bytes_refused_not_a_second_read(
+    tmp_path: Path,
+) -> None:
+    """The file is replaced right after the loader read it: the refused version must still
+    be that of the content refused, which the loader hashed as it read it."""
+    path = tmp_path / "policy.toml"
+    path.write_text(GOOD, encoding="utf-8")
+
+    def loader(file: Path) -> Policy:
+        try:
+            return load_policy(file)
+        finally:
+            if file.read_text(encoding="utf-8") != GOOD:
+                _put(file, GOOD)
+
+    store = PolicyStore(path, loader=loader)
+    store.load_initial()
+    bad = "[profiles.default.defaults]\nno_such_option = 1\n"
+    _put(path, bad)
+    outcome = store.reload()
+    assert "no_such_option" in outcome.error
+    assert store.status().refused_version == _digest(bad.encode())
+
+
+def test_a_loader_that_reads_the_file_itself_still_gets_a_refused_version(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text("v1", encoding="utf-8")
+    store = PolicyStore(path, loader=fake_loader)
+    store.load_initial()
+    _put(path, "garbage")
+    outcome = store.reload()
+    assert "line 1" in outcome.error
+    assert store.status().refused_version == _digest(b"garbage")
+
+
+@needs_dev_zero
+async def test_the_watcher_refuses_a_device_and_recovers_when_the_file_is_fixed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = store.version
+    store.start_watching(0.02)
+    try:
+        with caplog.at_level(logging.INFO, logger="npu_resolver_server.policy"):
+            _mv_t("/dev/zero", path)
+            for _ in range(500):
+                if store.failures:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.failures == 1 and store.version == good
+            assert "character device" in store.last_error
+            _put(path, OTHER)
+            for _ in range(500):
+                if store.version != good:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.version == parse_policy(OTHER).version and store.last_error == ""
+    finally:
+        await store.stop_watching()
+    assert not [r for r in caplog.records if r.getMessage() == "policy watch failed"]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_the_watcher_loads_off_the_event_loop_and_a_later_reload_wins(
+    tmp_path: Path,
+) -> None:
+    """A slow load by the watcher leaves the loop free, and its result, older than that of a
+    reload started meanwhile, is dropped."""
+    path = tmp_path / "policy.toml"
+    path.write_text("v1", encoding="utf-8")
+    entered, release = threading.Event(), threading.Event()
+    entered_at: list[float] = []
+
+    def slow_loader(file: Path) -> FakePolicy:
+        policy = fake_loader(file)
+        if policy.version == "v22":
+            entered_at.append(time.monotonic())
+            entered.set()
+            release.wait(5)
+        return policy
+
+    store = PolicyStore(path, loader=slow_loader)
+    store.load_initial()
+    store.start_watching(0.01)
+    try:
+        _put(path, "v22")
+        for _ in range(500):
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert entered.is_set()
+        lag = time.monotonic() - entered_at[0]
+        assert lag < 1, f"the watcher's load held the event loop for {lag:.1f} s"
+        _put(path, "v333")
+        assert store.reload().version == "v333"
+        release.set()
+        await asyncio.sleep(0.3)
+        assert store.version == "v333"
+    finally:
+        release.set()
+        await store.stop_watching()
+
+
+# -- deep nesting ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "line"), [(DEEP_ARRAYS, 1), (DEEP_TABLES, 4)])
+def test_deep_nesting_is_a_policy_error_naming_the_file_key_and_line(text: str, line: int) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "deep.toml")
+    assert isinstance(caught.value, PolicyReadError)
+    assert str(caught.value) == (
+        f"deep.toml: nested too deeply: the value of hccl_timeout at line {line} has over 100 "
+        "levels of arrays or inline tables"
+    )
+
+
+def test_policy_check_of_a_deep_file_exits_2_with_the_message(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.toml"
+    deep.write_text(DEEP_ARRAYS, encoding="utf-8")
+    proc = run_cli("policy", "check", str(deep))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert f"{deep}: nested too deeply: the value of hccl_timeout at line 1" in proc.stderr
+
+
+@pytest.mark.parametrize("text", [DEEP_ARRAYS, DEEP_TABLES])
+def test_a_deep_file_is_a_failed_reload_keeping_the_last_good_policy(
+    tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = store.version
+    _put(path, text)
+    with caplog.at_level(logging.INFO, logger="npu_resolver_server.policy"):
+        outcome = store.check_file()
+    assert outcome is not None and not outcome.changed and store.version == good
+    assert outcome.error.startswith(f"{path}: nested too deeply: the value of hccl_timeout")
+    assert "internal error" not in outcome.error
+    status = store.status()
+    assert status.reload_failures == 1 and status.refused_version == _digest(text.encode())
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# -- the server process ----------------------------------------------------------------------
+
+
+def _start_failure(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    path = tmp_path / "policy.toml"
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        _mv_t(tmp_path / "fifo", path)
+        return path, f"{path}: is a symlink to {tmp_path / 'fifo'}, a FIFO (named pipe), not a"
+    if kind == "device":
+        _mv_t("/dev/zero", path)
+        return path, f"{path}: is a symlink to /dev/zero, a character device, not a regular file"
+    path.write_text(DEEP_ARRAYS if kind == "arrays" else DEEP_TABLES, encoding="utf-8")
+    return path, f"{path}: nested too deeply: the value of hccl_timeout at line"
+
+
+@pytest.mark.parametrize(
+    "kind", ["fifo", pytest.param("device", marks=needs_dev_zero), "arrays", "tables"]
+)
+def test_the_server_refuses_to_start_with_the_reason(tmp_path: Path, kind: str) -> None:
+    path, message = _start_failure(tmp_path.resolve(), kind)
+    command = [sys.executable, "-m", "npu_resolver_server", "--host", "127.0.0.1"]
+    proc = subprocess.run(  # on a timeout the child is killed by its PID
+        [*command, "--port", str(free_port()), "--policy", str(path)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    failed = [json.loads(line) for line in proc.stderr.splitlines() if "start_failed" in line]
+    assert failed and failed[0]["error"].startswith(message), proc.stderr
+
+
+def test_a_policy_swapped_for_a_fifo_leaves_the_server_serving(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(GOOD, encoding="utf-8")
+    good, other = parse_policy(GOOD).version, parse_policy(OTHER).version
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "0.1"}
+    with ProcessServer(["--host", "127.0.0.1", "--policy", str(path)], env=env) as server:
+        os.mkfifo(tmp_path / "fifo")
+        _mv_t(tmp_path / "fifo", path)
+        failed = server.wait_for("policy_reload_failed", timeout=10)
+        assert "a FIFO (named pipe), not a regular file" in failed[0]["error"]
+        with (
+            ResolverClient(server.target, timeout=5) as client,
+            grpc.insecure_channel(server.target) as channel,
+        ):
+            health = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=5
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            assert client.resolve("atlas-a2").options["hccl_timeout"] == 3600
+            info = client.get_policy()
+            assert info.policy_version == good and "FIFO" in info.last_reload_error
+            reloaded = client.reload_policy()
+            assert reloaded.version == good and "FIFO" in reloaded.error
+            if os.path.exists("/dev/zero"):
+                _mv_t("/dev/zero", path)
+                reloaded = client.reload_policy()
+                assert reloaded.version == good and "character device" in reloaded.error
+            _put(path, OTHER)
+            server.wait_for("policy_reloaded", timeout=10)
+            info = client.get_policy()
+            assert info.policy_version == other and info.last_reload_error == ""
+            assert client.resolve("atlas-a2").options["hccl_timeout"] == 1224
+        assert not [line for line in server.raw if "policy watch failed" in line]
+        assert not [line for line in server.raw if "Traceback" in line]
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
