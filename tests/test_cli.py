@@ -347,3 +347,15 @@ def test_set_env_and_product_take_several_values_after_one_flag() -> None:
     assert one["paths"]["exception_dump_dir"] == "/c"
     proc = run("diff", "--product", "atlas-a2", "atlas-training", "--set", "hccl_timeout=600")
     assert proc.returncode == 0 and "544" in proc.stdout
+
+
+def test_a_token_file_that_cannot_be_a_header_is_a_usage_error(tmp_path: Path) -> None:
+    for name, content in (("empty", b"\n"), ("two-lines", b"abc\ndef\n"), ("binary", b"\x00k")):
+        token = tmp_path / name
+        token.write_bytes(content)
+        proc = run(
+            "resolve", "--product", "atlas-a2", "--server", "127.0.0.1:9", "--token-file",
+            str(token),
+        )  # fmt: skip
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert "--token-file" in proc.stderr and "Traceback" not in proc.stderr

@@ -122,3 +122,39 @@ def test_a_burst_beyond_grpcs_default_pending_queue_is_answered_in_full() -> Non
     with server:
         codes = asyncio.run(burst(server.target))
     assert codes == Counter({"OK": calls})
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        *({"distribute": _nested(levels)} for levels in range(14, 22)),
+        {"distribute": {"xs": list(range(12_000))}},
+        {"distribute": {"xs": list(range(9_990))}},
+        {f"k{i}": {"v": [i]} for i in range(600)},
+    ],
+    ids=[*(f"depth{levels}" for levels in range(14, 22)), "wide", "almost", "many_keys"],
+)
+def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(
+    grpc_target: str,  # noqa: F811
+    config: dict[str, Any],
+) -> None:
+    """The server's reading limits are the core's: both refuse the same configs, alike."""
+    import npu_resolver
+    from npu_resolver import ResolveRequest
+
+    request = ResolveRequest("atlas-a2", config, validate_only=True)
+    local = npu_resolver.resolve(request)
+    with ResolverClient(grpc_target) as client:
+        remote = client.resolve_request(request)
+    assert remote.ok == local.ok
+    assert [(d.code, d.option) for d in remote.diagnostics] == [
+        (d.code, d.option) for d in local.diagnostics
+    ]
+    assert remote.options == local.options

@@ -7,11 +7,18 @@ to the deadline: it bridges the restart of a single replica, and makes a call to
 is down take the whole deadline before ResolverUnavailable. The channel balances
 round_robin over every address the target resolves to, so `dns:///resolver-headless:50051`
 spreads calls over all replicas.
+
+A request with errors fails INVALID_ARGUMENT with its report packed in the status details. A
+report too large for the metadata a client accepts is left out of them; `resolve` then asks
+for it once more with `validate_only` (which answers it in the reply body) and raises the same
+ResolveError the packed report would have given.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +56,9 @@ JSON = Any
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
 DEFAULT_TIMEOUT: Final = 10.0
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+# gRPC refuses trailers over 8 KiB at random and all over 16 KiB by default; an error report's
+# status details may be larger.
+DEFAULT_MAX_METADATA_BYTES: Final = 4 * 1024 * 1024
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"
 SERVICE: Final = "npu.resolver.v1.Resolver"
 
@@ -78,21 +88,24 @@ def channel_options(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     extra: Sequence[tuple[str, Any]] = (),
 ) -> list[tuple[str, Any]]:
-    """The channel options both clients use: service config, sizes, keepalive."""
-    return [
+    """The channel options both clients use: service config, sizes, keepalive; an option in
+    `extra` replaces the default of the same name."""
+    defaults: list[tuple[str, Any]] = [
         ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
         ("grpc.service_config_disable_resolution", 1),
         ("grpc.enable_retries", 1),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_metadata_size", DEFAULT_MAX_METADATA_BYTES),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
         # Reconnect to a replica or worker quickly, within the retry budget, when one goes away.
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2_000),
-        *extra,
     ]
+    given = {name for name, _ in extra}
+    return [*(option for option in defaults if option[0] not in given), *extra]
 
 
 def _read(value: PathOrBytes | None) -> bytes | None:
@@ -174,11 +187,60 @@ def _build_request(
     )
 
 
+def _closed_error() -> ResolverCallError:
+    return ResolverCallError(
+        grpc.StatusCode.FAILED_PRECONDITION, "the client is closed; create a new one"
+    )
+
+
+def _closed_during_call() -> ResolverCallError:
+    """A call cut short by the client's close(): an error the caller can catch with the others
+    (not a CancelledError in a task nobody cancelled)."""
+    return ResolverCallError(
+        grpc.StatusCode.CANCELLED, "the client was closed during the call; create a new one"
+    )
+
+
 def _check_open(closed: bool) -> None:
     if closed:
-        raise ResolverCallError(
-            grpc.StatusCode.FAILED_PRECONDITION, "the client is closed; create a new one"
-        )
+        raise _closed_error()
+
+
+def _bearer(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The authorization metadata. A token read from a file keeps its newline, which gRPC
+    refuses only at the first call (INTERNAL: Invalid metadata): it is stripped, and a token
+    that cannot travel in a header is refused here, where the mistake is made."""
+    if token is None:
+        return ()
+    token = token.strip()
+    if not token:
+        raise ValueError("token is empty (or only whitespace); pass token=None for no token")
+    for index, char in enumerate(token):
+        if not " " <= char <= "~":
+            raise ValueError(
+                f"token holds {char!r} at position {index}, which an HTTP header value cannot "
+                "carry (only printable ASCII: no control characters, no non-ASCII)"
+            )
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _report_request(message: pb.ResolveRequest) -> pb.ResolveRequest:
+    """The same request, asking for the report in the reply body (status OK)."""
+    again = pb.ResolveRequest()
+    again.CopyFrom(message)
+    again.validate_only = True
+    return again
+
+
+def _must_ask_report(error: ResolveError, message: pb.ResolveRequest) -> bool:
+    """Whether the status details left the report out (too large for them) and asking again
+    with validate_only can fetch it."""
+    return error.resolution is None and not message.validate_only
+
+
+def _remaining(deadline: float | None, started: float) -> float | None:
+    """What is left of a call's deadline: the second ask for a report spends the same budget."""
+    return None if deadline is None else deadline - (time.monotonic() - started)
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
@@ -214,9 +276,30 @@ def _batch_results(
     return out
 
 
-def _resolve_error(error: ResolveError, request: ResolveRequest) -> ResolveError:
-    """The same error, its report holding the caller's own values (see restore_callers_values)."""
-    restored = ResolveError(error.details, _restored(error.resolution, request), error.violations)
+def _violation_field(option: str) -> str:
+    """The BadRequest field the server names for an error on `option`."""
+    if option in ("product", "profile", "config") or option.startswith("env."):
+        return option
+    return f"config.{option}"
+
+
+def _resolve_error(
+    error: ResolveError, request: ResolveRequest, report: pb.ResolveResponse | None = None
+) -> ResolveError:
+    """The same error, its report holding the caller's own values (see restore_callers_values).
+    `report` is the report asked for again when the status details had no room for it; one
+    that holds no error (the policy changed in between) does not explain the failure."""
+    resolution, violations = error.resolution, error.violations
+    if resolution is None and report is not None:
+        fetched = resolution_from_proto(report)
+        if fetched.errors:
+            resolution = fetched
+        if len(violations) < len(fetched.errors):  # a list the server shortened to fit
+            violations = tuple(
+                FieldViolation(_violation_field(d.option), d.code.value, d.message)
+                for d in fetched.errors
+            )
+    restored = ResolveError(error.details, _restored(resolution, request), violations)
     restored.__traceback__ = error.__traceback__
     return restored
 
@@ -284,9 +367,7 @@ class _Settings:
         self.root_certificates = _read(root_certificates)
         self.private_key = _read(private_key)
         self.certificate_chain = _read(certificate_chain)
-        self.metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {token}"),) if token else ()
-        )
+        self.metadata = _bearer(token)
         self.options = channel_options(max_message_bytes, options)
         self.wait_for_ready = wait_for_ready
 
@@ -364,6 +445,12 @@ class ResolverClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _failure(self, error: ResolverClientError) -> ResolverClientError:
+        """A call close() cancelled says so, rather than a bare CANCELLED."""
+        if self._closed and error.code is grpc.StatusCode.CANCELLED:
+            return _closed_during_call()
+        return error
+
     def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
         _check_open(self._closed)
         rpc = getattr(self._stub, method)
@@ -378,7 +465,13 @@ class ResolverClient:
             self.last_server_pid = _pid(
                 error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             )
-            raise from_rpc_error(error) from None
+            raise self._failure(from_rpc_error(error)) from None
+        except ValueError:
+            # close() from another thread between the check above and the call: grpc raises
+            # ValueError ("Cannot invoke RPC on closed channel!", "... Channel closed!").
+            if not self._closed:
+                raise
+            raise _closed_error() from None
         self.last_server_pid = _pid(call.trailing_metadata())
         return response
 
@@ -410,11 +503,30 @@ class ResolverClient:
     def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
+        message = request_to_proto(request)
+        started = time.monotonic()
         try:
-            response = self._call("Resolve", request_to_proto(request), timeout)
+            response = self._call("Resolve", message, timeout)
         except ResolveError as error:
-            raise _resolve_error(error, request) from None
+            report = self._ask_report(error, message, timeout, started)
+            raise _resolve_error(error, request, report) from None
         return restore_callers_values(resolution_from_proto(response), request)
+
+    def _ask_report(
+        self, error: ResolveError, message: pb.ResolveRequest, timeout: float | None, started: float
+    ) -> pb.ResolveResponse | None:
+        """The report the status details of `error` left out, or None (the original error
+        stands) when it is not missing or cannot be had."""
+        if not _must_ask_report(error, message):
+            return None
+        remaining = _remaining(self._settings.deadline(timeout), started)
+        if remaining is not None and remaining <= 0:
+            return None
+        try:
+            report: pb.ResolveResponse = self._call("Resolve", _report_request(message), remaining)
+        except ResolverClientError:
+            return None
+        return report
 
     def resolve_batch(
         self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
@@ -453,7 +565,18 @@ class ResolverClient:
 
 
 class AsyncResolverClient:
-    """The asyncio twin of ResolverClient (grpc.aio); same methods, awaited."""
+    """The asyncio twin of ResolverClient (grpc.aio); same methods, awaited.
+
+    Construction is cheap and never blocks, and needs no event loop: the channel is opened by
+    the first call, in the loop that makes it (a grpc.aio channel belongs to one loop), so a
+    client made at module level serves the `asyncio.run(main())` that follows. A client is
+    tied to that loop. Once the loop is closed (a client kept from one `asyncio.run()` to the
+    next, or across tests that each get a loop) nothing can use its channel any more, and the
+    next call opens a new one in its own loop. While the first loop is still open, a call from
+    another loop raises ResolverCallError FAILED_PRECONDITION: its channel cannot be shared
+    between two live loops, and a second channel in secret would double the connections and
+    leave the first for nobody to close; make one client per loop.
+    """
 
     def __init__(
         self,
@@ -479,8 +602,9 @@ class AsyncResolverClient:
             options=options,
             wait_for_ready=wait_for_ready,
         )
-        self._channel: grpc.aio.Channel = self._settings.open(grpc.aio)
-        self._stub = pb_grpc.ResolverStub(self._channel)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.ResolverStub | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self.last_server_pid = ""
 
@@ -490,11 +614,38 @@ class AsyncResolverClient:
 
     @property
     def channel(self) -> grpc.aio.Channel:
-        return self._channel
+        """The channel of the running loop, opened on first use (so only inside that loop)."""
+        return self._open()[0]
+
+    def _open(self) -> tuple[grpc.aio.Channel, pb_grpc.ResolverStub]:
+        """The channel and stub of the running loop; see the class docstring for loops."""
+        _check_open(self._closed)
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._channel is None or self._stub is None:
+            if self._loop is not None and not self._loop.is_closed():
+                raise ResolverCallError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "this AsyncResolverClient belongs to the event loop of its first call, "
+                    "which is still open; an async client serves one event loop: create "
+                    "one in each loop",
+                )
+            # A channel left by a closed loop is closed by grpc when it is collected.
+            self._channel = self._settings.open(grpc.aio)
+            self._stub = pb_grpc.ResolverStub(self._channel)
+            self._loop = loop
+        return self._channel, self._stub
 
     async def close(self) -> None:
+        """Closes the channel; calls in flight raise ResolverCallError CANCELLED."""
         self._closed = True
-        await self._channel.close()
+        channel, loop = self._channel, self._loop
+        if channel is None or loop is None or loop.is_closed():
+            return  # never opened, or its loop is gone and its calls with it
+        if loop is asyncio.get_running_loop():
+            await channel.close()
+        elif loop.is_running():  # closed from another thread's loop
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(channel.close(), loop))
+        # else its loop is idle and nothing can run there: grpc closes it when it is collected.
 
     async def __aenter__(self) -> AsyncResolverClient:
         return self
@@ -502,9 +653,14 @@ class AsyncResolverClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _failure(self, error: ResolverClientError) -> ResolverClientError:
+        """A call close() cancelled says so, rather than a bare CANCELLED."""
+        if self._closed and error.code is grpc.StatusCode.CANCELLED:
+            return _closed_during_call()
+        return error
+
     async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
-        _check_open(self._closed)
-        rpc = getattr(self._stub, method)
+        rpc = getattr(self._open()[1], method)
         call = rpc(
             request,
             timeout=self._settings.deadline(timeout),
@@ -513,11 +669,19 @@ class AsyncResolverClient:
         )
         try:
             response = await call
+            trailing = await call.trailing_metadata()
+        except asyncio.CancelledError:
+            # close() cancels the calls in flight, and grpc.aio raises CancelledError in the
+            # awaiting task, which nobody cancelled. A cancellation of the task itself stays one.
+            task = asyncio.current_task()
+            if self._closed and (task is None or not task.cancelling()):
+                raise _closed_during_call() from None
+            raise
         except grpc.RpcError as error:
             trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             self.last_server_pid = _pid(trailing)
-            raise from_rpc_error(error, trailing) from None
-        self.last_server_pid = _pid(await call.trailing_metadata())
+            raise self._failure(from_rpc_error(error, trailing)) from None
+        self.last_server_pid = _pid(trailing)
         return response
 
     async def resolve(
@@ -548,11 +712,32 @@ class AsyncResolverClient:
     async def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
+        message = request_to_proto(request)
+        started = time.monotonic()
         try:
-            response = await self._call("Resolve", request_to_proto(request), timeout)
+            response = await self._call("Resolve", message, timeout)
         except ResolveError as error:
-            raise _resolve_error(error, request) from None
+            report = await self._ask_report(error, message, timeout, started)
+            raise _resolve_error(error, request, report) from None
         return restore_callers_values(resolution_from_proto(response), request)
+
+    async def _ask_report(
+        self, error: ResolveError, message: pb.ResolveRequest, timeout: float | None, started: float
+    ) -> pb.ResolveResponse | None:
+        """The report the status details of `error` left out, or None (the original error
+        stands) when it is not missing or cannot be had."""
+        if not _must_ask_report(error, message):
+            return None
+        remaining = _remaining(self._settings.deadline(timeout), started)
+        if remaining is not None and remaining <= 0:
+            return None
+        try:
+            report: pb.ResolveResponse = await self._call(
+                "Resolve", _report_request(message), remaining
+            )
+        except ResolverClientError:
+            return None
+        return report
 
     async def resolve_batch(
         self, requests: Sequence[ResolveRequest], *, timeout: float | None = None

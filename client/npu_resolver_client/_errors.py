@@ -1,9 +1,10 @@
 """The client's exceptions, and the decoding of a failed call's status details.
 
 - `ResolveError`: the request has errors (INVALID_ARGUMENT). Carries the full `resolution`
-  decoded from the status details (None only when the server could not read the request at
-  all: bytes that are not a ResolveRequest; a config too deep or too wide is a report with an
-  INVALID_VALUE on `config`), its error `diagnostics`, and the BadRequest `violations`.
+  decoded from the status details, or asked for again when they had no room for it (None only
+  when the server could not read the request at all: bytes that are not a ResolveRequest; a
+  config too deep or too wide is a report with an INVALID_VALUE on `config`), its error
+  `diagnostics`, and the BadRequest `violations`.
 - `ResolverUnavailable`: the server cannot be reached, or did not answer in time (UNAVAILABLE,
   after the retries of the service config, or DEADLINE_EXCEEDED).
 - `ResolverCallError`: any other failed call (UNAUTHENTICATED, RESOURCE_EXHAUSTED, INTERNAL ...).

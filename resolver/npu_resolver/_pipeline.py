@@ -36,7 +36,7 @@ from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode, ValueGate
 from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
-from ._values import Parsed, Problem, parse, show
+from ._values import Parsed, Problem, config_shape, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
 _ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
@@ -664,6 +664,21 @@ def resolve(
 ) -> Resolution:
     """Resolve one request. Never raises on caller input: problems are diagnostics."""
     policy_version = policy.version if policy is not None else ""
+    shape = config_shape(request.config) if isinstance(request.config, dict) else None
+    if shape is not None:
+        return unresolved(
+            request.product if isinstance(request.product, str) else "",
+            Diagnostic(
+                Severity.ERROR,
+                Code.INVALID_VALUE,
+                "config",
+                "",
+                f"config: {shape}; send only NPURunConfig options, with objects of a "
+                "reasonable size.",
+            ),
+            policy_version=policy_version,
+            catalog=catalog,
+        )
     pid = product_id(request.product) if isinstance(request.product, str) else None
     if pid is None:
         return unresolved(

@@ -19,6 +19,11 @@ from ._schema import Option, OptType
 MAX_OBJECT_DEPTH: Final = 16
 """Nesting of an object value. A server reads configs two levels deeper (the config, and one
 level too deep), so the core judges every object the wire carries, as it does in process."""
+MAX_CONFIG_DEPTH: Final = MAX_OBJECT_DEPTH + 2
+"""JSON nesting levels in a whole config: the config, and one level beyond what an option's
+value may have, so that an option one level too deep is reported on that option."""
+MAX_CONFIG_ITEMS: Final = 10_000
+"""Keys and list items in a whole config, all levels together."""
 MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
@@ -86,6 +91,29 @@ def _unfit(value: JSON) -> str | None:
 
 
 _NOT_TEXT: Final = "free of lone UTF-16 surrogates"
+
+
+def config_shape(config: dict[str, JSON]) -> str | None:
+    """Why a config is too deep or too wide to be read at all, or None. The server refuses the
+    same configs while reading them off the wire, so both answer alike. Iterative, so any depth
+    is safe to look at; a flat config costs one pass over its values."""
+    containers = (dict, list)
+    if not any(isinstance(value, containers) for value in config.values()):
+        return None
+    items = len(config)
+    stack: list[tuple[dict[str, JSON] | list[JSON], int]] = [
+        (value, 2) for value in config.values() if isinstance(value, containers)
+    ]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
+        items += len(item)
+        if items > MAX_CONFIG_ITEMS:
+            return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, containers))
+    return None
 
 
 def _invalid(option: Option, value: JSON, expected: str, suggestion: str = "") -> Problem:

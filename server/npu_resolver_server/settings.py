@@ -12,7 +12,7 @@ from typing import Final, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from npu_resolver import MAX_OBJECT_DEPTH
+from npu_resolver._values import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
@@ -23,11 +23,10 @@ DEFAULT_DRAIN_DELAY_SECONDS: Final = 1.0
 """After SIGTERM, how long health says NOT_SERVING while calls are still accepted."""
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_CACHE_ENTRIES: Final = 4096
-DEFAULT_MAX_STRUCT_DEPTH: Final = MAX_OBJECT_DEPTH + 2
-"""JSON nesting levels in a config: the config, and one level beyond what the core accepts in an
-option's value, so that the core reports that level itself (protobuf stops near 30 levels:
-every level is 3 messages)."""
-DEFAULT_MAX_STRUCT_KEYS: Final = 10_000
+DEFAULT_MAX_STRUCT_DEPTH: Final = MAX_CONFIG_DEPTH
+"""JSON nesting levels in a config, as the core counts them (protobuf stops near 30 levels:
+every level is 3 messages); the same limits as in process, so both answer alike."""
+DEFAULT_MAX_STRUCT_KEYS: Final = MAX_CONFIG_ITEMS
 HEALTH_SERVICE: Final = "npu.resolver.v1.Resolver"
 """The gRPC service name; the standard health service reports it (and "") as SERVING."""
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"

@@ -207,7 +207,16 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             option = "--" + flag.replace("_", "-")
             raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
-        found[param] = data.decode("utf-8", "replace").strip() if param == "token" else data
+        if param == "token":
+            token = data.decode("utf-8", "replace").strip()
+            if not token or not all(" " <= char <= "~" for char in token):
+                raise UsageError(
+                    f"--token-file {path}: the token must be one line of printable ASCII "
+                    "(it travels in an HTTP header)"
+                )
+            found[param] = token
+        else:
+            found[param] = data
     if ("certificate_chain" in found) != ("private_key" in found):
         raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
     return found

@@ -1,0 +1,491 @@
+"""The client's event loops, close() with calls in flight, bearer tokens, and error reports too
+large for the status details: through fake servers whose handlers the tests write, and the
+real one."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import any_pb2, message
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from npu_resolver import Resolution, ResolveRequest, resolve
+from npu_resolver_client import (
+    AsyncResolverClient,
+    ResolveError,
+    ResolverCallError,
+    ResolverClient,
+    ResolverClientError,
+    channel_options,
+)
+from npu_resolver_client import _client as client_module
+from npu_resolver_client._convert import resolution_to_proto
+from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_server import ServerSettings
+from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
+
+SERVICE = "npu.resolver.v1.Resolver"
+TWO_ERRORS = ResolveRequest(
+    product="atlas-training", config={"hccl_timeout": 17341, "precision_mode": "bogus"}
+)
+Handler = Callable[[Any, grpc.ServicerContext], Any]
+
+
+class FakeResolver:
+    """A Resolver server on 127.0.0.1 (a free port) answering Resolve and ListProducts with
+    the test's handlers; it records the Resolve requests it was sent."""
+
+    def __init__(
+        self, resolve: Handler | None = None, list_products: Handler | None = None
+    ) -> None:
+        self.requests: list[pb.ResolveRequest] = []
+        self.started = threading.Semaphore(0)
+        self.release = threading.Event()
+        self._resolve = resolve
+        self._list_products = list_products or self._slow_list_products
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        handlers = {
+            "Resolve": grpc.unary_unary_rpc_method_handler(
+                self._on_resolve,
+                request_deserializer=pb.ResolveRequest.FromString,
+                response_serializer=pb.ResolveResponse.SerializeToString,
+            ),
+            "ListProducts": grpc.unary_unary_rpc_method_handler(
+                self._on_list_products,
+                request_deserializer=pb.ListProductsRequest.FromString,
+                response_serializer=pb.ListProductsResponse.SerializeToString,
+            ),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+        )
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _on_resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        copy = pb.ResolveRequest()
+        copy.CopyFrom(request)
+        self.requests.append(copy)
+        assert self._resolve is not None
+        return self._resolve(request, context)
+
+    def _on_list_products(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.started.release()
+        return self._list_products(request, context)
+
+    def _slow_list_products(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Answers once the test releases it: a call that stays in flight."""
+        self.release.wait(10)
+        return pb.ListProductsResponse()
+
+    def wait_started(self, count: int, timeout: float = 10) -> None:
+        for _ in range(count):
+            assert self.started.acquire(timeout=timeout), "the call did not reach the server"
+
+    def __enter__(self) -> FakeResolver:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self._server.stop(0).wait(5)
+
+
+def _abort_with(context: grpc.ServicerContext, details: list[message.Message], text: str) -> None:
+    packed = []
+    for detail in details:
+        item = any_pb2.Any()
+        item.Pack(detail)
+        packed.append(item)
+    status = status_pb2.Status(
+        code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=text, details=packed
+    )
+    context.abort_with_status(rpc_status.to_status(status))
+
+
+def _bad_request(resolution: Resolution, keep: int | None = None) -> error_details_pb2.BadRequest:
+    """The BadRequest the server sends for a report, its list cut to `keep` violations."""
+    violations = [
+        error_details_pb2.BadRequest.FieldViolation(
+            field=f"config.{d.option}", reason=d.code.value, description=d.message
+        )
+        for d in resolution.errors
+    ]
+    return error_details_pb2.BadRequest(field_violations=violations[:keep])
+
+
+def _report_left_out(keep: int | None = 1, fail_again: bool = False) -> Handler:
+    """Resolve as the server answers TWO_ERRORS when its report is too large for the status
+    details: INVALID_ARGUMENT with a (shortened) BadRequest only, and the report in the body
+    with validate_only (or INVALID_ARGUMENT again, `fail_again`)."""
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        resolution = resolve(TWO_ERRORS)  # the only request sent
+        if request.validate_only and not fail_again:
+            return resolution_to_proto(resolution)
+        _abort_with(context, [_bad_request(resolution, keep)], "the report is too large")
+        return None
+
+    return handler
+
+
+def _json(resolution: Resolution | None) -> Any:
+    assert resolution is not None
+    return resolution.to_json()
+
+
+@pytest.fixture
+def slow_server() -> Iterator[FakeResolver]:
+    with FakeResolver() as server:
+        yield server
+
+
+# --------------------------------------------------------------------------- event loops
+
+
+def test_an_async_client_made_outside_any_loop_serves_asyncio_run(grpc_target: str) -> None:  # noqa: F811
+    client = AsyncResolverClient(grpc_target)  # as at module level: no loop is running
+
+    async def main() -> int:
+        try:
+            return len(await client.list_products())
+        finally:
+            await client.close()
+
+    assert asyncio.run(main()) > 0
+
+
+def test_an_async_client_kept_from_one_asyncio_run_to_the_next_keeps_working(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    async def make() -> AsyncResolverClient:
+        return AsyncResolverClient(grpc_target)
+
+    client = asyncio.run(make())  # made in a loop that is closed before the first call
+
+    async def products() -> int:
+        return len(await client.list_products())
+
+    first = asyncio.run(products())
+    assert asyncio.run(products()) == first  # the first loop is closed: a new channel
+    assert asyncio.run(products()) == first
+    asyncio.run(client.close())
+    with pytest.raises(ResolverCallError, match="closed"):
+        asyncio.run(products())
+
+
+def test_an_async_client_refuses_a_second_loop_while_its_first_is_open(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    client = AsyncResolverClient(grpc_target)
+    first = asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(client.list_products())
+        with pytest.raises(ResolverCallError, match="event loop") as info:
+            asyncio.run(client.list_products())
+        assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+        assert isinstance(info.value, ResolverClientError)
+        first.run_until_complete(client.close())
+    finally:
+        first.close()
+
+
+def test_an_async_client_whose_channel_was_never_opened_closes(grpc_target: str) -> None:  # noqa: F811
+    client = AsyncResolverClient(grpc_target)
+
+    async def close_then_call() -> None:
+        await client.close()
+        await client.close()  # twice is fine
+        with pytest.raises(ResolverCallError, match="closed") as info:
+            await client.resolve("atlas-a2")
+        assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+    asyncio.run(close_then_call())
+
+
+def test_an_async_client_closes_after_its_loop_is_gone(grpc_target: str) -> None:  # noqa: F811
+    client = AsyncResolverClient(grpc_target)
+    assert asyncio.run(client.list_products())
+    asyncio.run(client.close())  # a later loop: nothing to wait for, and no error
+
+
+# --------------------------------------------------------------------------- close() in flight
+
+
+async def test_calls_in_flight_when_the_async_client_closes_raise_a_client_error(
+    slow_server: FakeResolver,
+) -> None:
+    client = AsyncResolverClient(slow_server.target)
+    tasks = [asyncio.create_task(client.list_products()) for _ in range(3)]
+    await asyncio.to_thread(slow_server.wait_started, 3)
+    await client.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert not any(task.cancelled() for task in tasks)
+    for result in results:
+        assert isinstance(result, ResolverCallError), result
+        assert result.code is grpc.StatusCode.CANCELLED
+        assert "closed during the call" in result.details
+
+
+async def test_a_cancelled_task_still_gets_cancelled_error(slow_server: FakeResolver) -> None:
+    async with AsyncResolverClient(slow_server.target) as client:
+        task = asyncio.create_task(client.list_products())
+        await asyncio.to_thread(slow_server.wait_started, 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+        # Cancelled and closed at once: the cancellation wins.
+        task = asyncio.create_task(client.list_products())
+        await asyncio.to_thread(slow_server.wait_started, 1)
+        task.cancel()
+        await client.close()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+
+def test_closing_the_blocking_client_under_a_call_is_a_client_error(
+    slow_server: FakeResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = ResolverClient(slow_server.target)
+    check = client_module._check_open
+
+    def closed_by_another_thread_right_after(closed: bool) -> None:
+        check(closed)
+        client.close()  # between the open check and the call, as another thread may
+
+    monkeypatch.setattr(client_module, "_check_open", closed_by_another_thread_right_after)
+    with pytest.raises(ResolverCallError, match="the client is closed") as info:
+        client.list_products()
+    assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+def _close_under_calls(target: str) -> list[BaseException]:
+    """Closes a client while 8 threads call it in a loop; what else than a client error
+    reached them."""
+    client = ResolverClient(target)
+    leaked: list[BaseException] = []
+
+    def call() -> None:
+        while True:
+            try:
+                client.list_products()
+            except ResolverClientError:
+                return
+            except BaseException as exc:
+                leaked.append(exc)
+                return
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.05)
+    client.close()
+    for thread in threads:
+        thread.join(10)
+    return leaked
+
+
+def test_closing_the_blocking_client_from_other_threads_raises_only_client_errors(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    for _ in range(5):
+        leaked = _close_under_calls(grpc_target)
+        assert not leaked, leaked
+
+
+def test_a_call_in_flight_when_the_blocking_client_closes_says_so(
+    slow_server: FakeResolver,
+) -> None:
+    client = ResolverClient(slow_server.target)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.list_products()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    slow_server.wait_started(1)
+    client.close()
+    thread.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], ResolverCallError)
+    assert errors[0].code is grpc.StatusCode.CANCELLED
+    assert "closed during the call" in errors[0].details
+
+
+# --------------------------------------------------------------------------- bearer tokens
+
+
+def test_a_token_read_from_a_file_works_with_its_newline(tmp_path: Path) -> None:
+    admin = tmp_path / "admin-token"
+    admin.write_text("t0k\n")
+    settings = ServerSettings(port=0, admin_token_file=admin, protect_resolve=True)
+    token = admin.read_text()  # "t0k\n", as a launcher reads it
+    with ThreadServer(settings) as server:
+        with ResolverClient(server.target, token=token) as client:
+            assert client.resolve("atlas-a2").ok
+
+        async def call() -> bool:
+            async with AsyncResolverClient(server.target, token=token) as client:
+                return (await client.resolve("atlas-a2")).ok
+
+        assert asyncio.run(call())
+
+
+@pytest.mark.parametrize(
+    ("token", "problem"),
+    [
+        ("", "empty"),
+        (" \n", "empty"),
+        ("t0k\x00", "cannot"),
+        ("t0\rk", "cannot"),
+        ("t\tk", "cannot"),
+        ("t\x7fk", "cannot"),
+        ("tök", "non-ASCII"),
+    ],
+)
+@pytest.mark.parametrize("kind", [ResolverClient, AsyncResolverClient])
+def test_a_token_no_header_can_carry_is_refused_at_construction(
+    kind: type[Any], token: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem) as info:
+        kind("127.0.0.1:1", token=token)
+    assert "token" in str(info.value)
+
+
+# --------------------------------------------------------------------------- large reports
+
+
+def test_channel_options_take_trailers_over_16_kib_unless_the_caller_says_otherwise() -> None:
+    options = channel_options()
+    assert ("grpc.max_metadata_size", 4 * 1024 * 1024) in options
+    mine = channel_options(extra=[("grpc.max_metadata_size", 32 * 1024)])
+    assert [v for k, v in mine if k == "grpc.max_metadata_size"] == [32 * 1024]
+
+
+def test_a_packed_report_between_8_and_16_kib_always_arrives() -> None:
+    """gRPC's defaults refuse trailers over 8 KiB at random (all over 16 KiB)."""
+
+    def resolve_padded(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        resolution = resolve(TWO_ERRORS)  # the only request sent
+        response = resolution_to_proto(resolution)
+        padding = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field="x", description="y" * 9000)
+            ]
+        )
+        _abort_with(context, [padding, response], "padded")
+        return None
+
+    with FakeResolver(resolve=resolve_padded) as server:
+        with ResolverClient(server.target) as client:
+            for _ in range(15):
+                with pytest.raises(ResolveError) as info:
+                    client.resolve_request(TWO_ERRORS)
+                assert _json(info.value.resolution) == resolve(TWO_ERRORS).to_json()
+
+        async def calls() -> None:
+            async with AsyncResolverClient(server.target) as client:
+                for _ in range(15):
+                    with pytest.raises(ResolveError) as info:
+                        await client.resolve_request(TWO_ERRORS)
+                    assert _json(info.value.resolution) == resolve(TWO_ERRORS).to_json()
+
+        asyncio.run(calls())
+
+
+def _packed(target: str) -> ResolveError:
+    """The error the real server gives for TWO_ERRORS, its report packed in the details."""
+    with ResolverClient(target) as client, pytest.raises(ResolveError) as info:
+        client.resolve_request(TWO_ERRORS)
+    assert info.value.resolution is not None
+    return info.value
+
+
+def test_a_report_left_out_of_the_details_is_asked_for_again(grpc_target: str) -> None:  # noqa: F811
+    packed = _packed(grpc_target)
+    with FakeResolver(resolve=_report_left_out(keep=1)) as server:
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
+            client.resolve_request(TWO_ERRORS)
+        assert [r.validate_only for r in server.requests] == [False, True]
+        assert server.requests[1].config_json == server.requests[0].config_json
+        error = info.value
+        assert _json(error.resolution) == _json(packed.resolution)
+        assert error.violations == packed.violations  # all of them, not the one sent
+        assert error.diagnostics == packed.diagnostics
+        assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details == "the report is too large"
+
+
+async def test_the_async_client_asks_again_for_a_report_left_out(grpc_target: str) -> None:  # noqa: F811
+    packed = _packed(grpc_target)
+    with FakeResolver(resolve=_report_left_out(keep=None)) as server:
+        async with AsyncResolverClient(server.target) as client:
+            with pytest.raises(ResolveError) as info:
+                await client.resolve_request(TWO_ERRORS)
+        assert [r.validate_only for r in server.requests] == [False, True]
+        assert _json(info.value.resolution) == _json(packed.resolution)
+        assert info.value.violations == packed.violations
+
+
+def test_when_the_second_ask_fails_the_first_error_stands() -> None:
+    with FakeResolver(resolve=_report_left_out(keep=1, fail_again=True)) as server:
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
+            client.resolve_request(TWO_ERRORS)
+        assert len(server.requests) == 2
+        assert info.value.resolution is None
+        assert info.value.details == "the report is too large"
+        assert [v.reason for v in info.value.violations] == ["OUT_OF_RANGE"]
+
+
+def test_a_validate_only_request_is_not_sent_twice() -> None:
+    with FakeResolver(resolve=_report_left_out(keep=1, fail_again=True)) as server:
+        request = ResolveRequest(
+            product=TWO_ERRORS.product, config=dict(TWO_ERRORS.config), validate_only=True
+        )
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError):
+            client.resolve_request(request)
+        assert len(server.requests) == 1
+
+
+def test_a_report_too_large_for_any_trailer_reaches_the_caller_whole() -> None:
+    """The real server and a report of 200 errors (about 27 KB)."""
+    request = ResolveRequest(
+        product="atlas-training",
+        config={f"no_such_option_{i}": i for i in range(200)},
+        strict=True,
+    )
+    expected = resolve(request)
+    assert len(expected.errors) == 200
+    with ThreadServer() as server:
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
+            client.resolve_request(request)
+        assert _json(info.value.resolution) == expected.to_json()
+        assert len(info.value.violations) == 200
+
+        async def call() -> ResolveError:
+            async with AsyncResolverClient(server.target) as client:
+                with pytest.raises(ResolveError) as info:
+                    await client.resolve_request(request)
+                return info.value
+
+        error = asyncio.run(call())
+        assert _json(error.resolution) == expected.to_json()
+        assert len(error.violations) == 200
