@@ -197,3 +197,33 @@ def test_r_esc_1_forced_small_channel_from_the_policy_says_remove_it_from_the_po
     forced = [d for d in resolve(request, policy=policy).diagnostics if d.code.value == "FORCED"]
     assert [d.option for d in forced] == ["enable_small_channel"]
     assert forced[0].message.endswith("remove it from the policy.")
+
+
+def test_a_lock_of_the_default_profile_holds_in_every_profile() -> None:
+    """Locks are what callers cannot change: naming another profile does not escape them."""
+    policy = parse_policy(EXAMPLE, "p.toml")
+    debug = resolve(
+        ResolveRequest("atlas-a2", {"enable_exception_dump": 0}, profile="debug"), policy=policy
+    )
+    assert debug.options["enable_exception_dump"] == 1
+    assert debug.provenance["enable_exception_dump"].source == "POLICY_LOCKED"
+    assert debug.provenance["enable_exception_dump"].detail == (
+        "locked from [profiles.default.locked]"
+    )
+    assert [d.code for d in debug.diagnostics] == ["POLICY_LOCKED", "FORCED", "DEPRECATED"]
+    # Defaults stay per profile: debug does not take default's hccl_timeout 3600.
+    assert debug.options["hccl_timeout"] == 1836
+    assert debug.options["op_debug_level"] == 1
+
+
+def test_a_profile_may_lock_an_option_of_the_default_profile_to_another_value() -> None:
+    policy = parse_policy(
+        EXAMPLE + "[profiles.debug.locked]\nenable_exception_dump = 2\n", "p.toml"
+    )
+    debug = resolve(ResolveRequest("atlas-a2", profile="debug"), policy=policy)
+    assert debug.options["enable_exception_dump"] == 2
+    assert debug.provenance["enable_exception_dump"].detail == (
+        "locked from [profiles.debug.locked]"
+    )
+    plain = resolve(ResolveRequest("atlas-a2"), policy=policy)
+    assert plain.options["enable_exception_dump"] == 1

@@ -35,13 +35,12 @@ from ._options import CACHE_ENV_VARS
 from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode, ValueGate
-from ._state import PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
+from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
 from ._values import Parsed, Problem, config_shape, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
 _ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
 _UNSET: Final = unset()
-DEFAULT_PROFILE: Final = "default"
 _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
 _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULTS)
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)

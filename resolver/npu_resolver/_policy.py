@@ -31,7 +31,7 @@ from ._catalog import CATALOG, Catalog
 from ._model import JSON, ResolveRequest, Severity
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
-from ._state import PolicyEntry, PolicyLayer
+from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer
 from ._values import Problem, parse
 
 KINDS: Final = ("defaults", "locked")
@@ -94,6 +94,15 @@ class Policy:
             for name, profile in profiles.items()
             for pid in PRODUCT_IDS
         }
+        base = profiles.get(DEFAULT_PROFILE)
+        if base is not None:
+            # A lock is a lock whichever profile a caller names: every profile holds the default
+            # profile's locks (its own lock of the same option wins). Defaults stay per profile.
+            for (name, pid), own in list(self._layers.items()):
+                inherited = self._layers[(DEFAULT_PROFILE, pid)].locked
+                if name != DEFAULT_PROFILE and inherited:
+                    locked = {**inherited, **own.locked}
+                    self._layers[(name, pid)] = PolicyLayer(locked=locked, defaults=own.defaults)
 
     @staticmethod
     def _layer(profile: _Profile, pid: str, catalog: Catalog) -> PolicyLayer:

@@ -31,6 +31,10 @@ SET_SOURCES: Final = frozenset({Source.USER, Source.ENV, Source.POLICY, Source.P
 """Values a caller or the policy chose (warnings are about these, never about defaults)."""
 
 
+DEFAULT_PROFILE: Final = "default"
+"""The profile a request without one gets; its locks hold in every profile."""
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """One policy value with where it was written (for provenance `detail`)."""
