@@ -220,8 +220,20 @@ def _read_env(
 
 def _cache_env(state: State) -> None:
     """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
-    operator compile cache is on (they mean nothing once it is off)."""
+    operator compile cache is on (they mean nothing once it is off). R-OCD-1: with the cache off
+    its folder has no effect ("启动算子编译缓存功能时，可通过op_compiler_cache_dir配置…"). Run last,
+    once every rule that can turn the cache off (R-OCC-2, R-OCC-3 in a file) has acted."""
     mode = state.value("op_compiler_cache_mode")
+    if mode == "disable":
+        slot = state.slots["op_compiler_cache_mode"]
+        why = f" (turned off by {slot.detail})" if slot.source is Source.DERIVED else ""
+        state.drop(
+            "op_compiler_cache_dir",
+            Code.DROPPED_NO_EFFECT,
+            "R-OCD-1",
+            f"op_compiler_cache_dir has no effect while op_compiler_cache_mode is 'disable'"
+            f"{why}: there is no cache to keep; remove it or turn the cache on.",
+        )
     if mode is None or mode == "disable":
         return
     for var in CACHE_ENV_VARS:
