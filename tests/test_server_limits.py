@@ -138,8 +138,12 @@ def _nested(levels: int) -> dict[str, Any]:
         {"distribute": {"xs": list(range(12_000))}},
         {"distribute": {"xs": list(range(9_990))}},
         {f"k{i}": {"v": [i]} for i in range(600)},
+        {f"k{i}": i for i in range(10_001)},
     ],
-    ids=[*(f"depth{levels}" for levels in range(14, 22)), "wide", "almost", "many_keys"],
+    ids=[
+        *(f"depth{levels}" for levels in range(14, 22)),
+        *("wide", "almost", "many_keys", "flat_over_limit"),
+    ],
 )
 def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(
     grpc_target: str,  # noqa: F811

@@ -61,7 +61,7 @@ class OptionView:
             return False
         if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
             return False  # parse() says why
-        if type(raw) is str and not is_text(raw):
+        if type(raw) is str and not raw.isascii() and not is_text(raw):
             return False  # parse() says why
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)

@@ -307,9 +307,10 @@ def rank_and_device_list_together(state: State) -> None:
 def _mixed_precision_off(state: State) -> bool:
     """Known to be off: a precision option has a value and none is mixed. Where the source
     gives neither option a default (atlas-300i-duo in training), nothing is known."""
-    values = (state.value("precision_mode_v2"), state.value("precision_mode"))
-    known = [value for value in values if value is not None]
-    return bool(known) and not any(value in MIXED_PRECISION for value in known)
+    v2, v1 = state.value("precision_mode_v2"), state.value("precision_mode")
+    if v2 is None and v1 is None:
+        return False
+    return v2 not in MIXED_PRECISION and v1 not in MIXED_PRECISION
 
 
 def mixlist_needs_mixed_precision(state: State) -> None:
@@ -499,7 +500,9 @@ def _warn_set_options(
         if not view.flagged:
             continue
         rule = flagged(view.option)
-        if rule is not None and (state.is_set(name) or (given and name in state.given)):
+        if rule is None:
+            continue
+        if state.is_set(name) or (given and (name in state.given or name in state.refused)):
             state.emit(code, name, rule, f"{name} {text}")
 
 

@@ -738,7 +738,7 @@ def resolve(
     base = _base(catalog, pid, mode)
     state.slots = dict(base.slots)
     state.undocumented = dict(base.undocumented)
-    state.given = explicit.keys() | probe.refused
+    state.given = explicit  # with state.refused: every known name the config held
     env_values, invalid_env = _read_env(state, catalog)
     if invalid_env:
         _env_problems(state, invalid_env, explicit, layer)

@@ -124,7 +124,8 @@ class State:
     attachments: dict[str, Any] = field(default_factory=dict)
     """Parsed attachment content per option (set by the attachment stage)."""
     given: Collection[str] = ()
-    """The option names the caller's config holds (known ones, whatever became of them)."""
+    """The known option names the caller's config holds with a readable value; those refused
+    are in `refused`."""
     unrounded: dict[str, int] = field(default_factory=dict)
     """Values as configured before a rounding rule changed them (R-HCT-3)."""
 

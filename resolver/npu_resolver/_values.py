@@ -98,11 +98,11 @@ def config_shape(config: dict[str, JSON]) -> str | None:
     same configs while reading them off the wire, so both answer alike. Iterative, so any depth
     is safe to look at; a flat config costs one pass over its values."""
     containers = (dict, list)
-    if not any(isinstance(value, containers) for value in config.values()):
-        return None
     items = len(config)
+    if items > MAX_CONFIG_ITEMS:
+        return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
     stack: list[tuple[dict[str, JSON] | list[JSON], int]] = [
-        (value, 2) for value in config.values() if isinstance(value, containers)
+        (value, 2) for value in config.values() if isinstance(value, containers) and value
     ]
     while stack:
         item, depth = stack.pop()
