@@ -417,6 +417,17 @@ def multistream_static_only(state: State) -> None:
             "(static shapes only); remove one of them.",
         )
     elif state.env.get("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM", "").strip() == "1":
+        if state.slots["auto_multistream_parallel_mode"].source is Source.POLICY:
+            # The job's variable ranks above a policy default (step 5): the default yields.
+            del state.slots["auto_multistream_parallel_mode"]
+            state.emit(  # said even of an every-product entry: the product has the option
+                Code.DROPPED_SUPERSEDED,
+                "auto_multistream_parallel_mode",
+                "R-AMP-1",
+                "the policy's default auto_multistream_parallel_mode 'cv' cannot be combined "
+                "with ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1, which the job sets; it is left out.",
+            )
+            return
         state.conflict(
             "auto_multistream_parallel_mode",
             "R-AMP-1",

@@ -269,6 +269,13 @@ def _env_problems(
     for name, (var, problem) in invalid.items():
         view = state.view[name]
         rule = view.option.env_rule
+        gate = _gate(state, view)
+        if gate is not None:  # the option does not act here: nothing "wins" over the variable
+            if name not in explicit:  # (an explicit value meets the gate, whose warning says it)
+                code, option, rule, message = gate
+                lead = f"{var} is set (and not valid either)"
+                state.emit(code, option, rule, via_env(var, lead, message))
+            continue
         if name in layer.locked or name in explicit:
             winner = "the policy's lock" if name in layer.locked else f"the explicit {name}"
             state.emit(
@@ -279,20 +286,14 @@ def _env_problems(
                 f"({problem.message.rstrip('.')}): fix or unset it.",
             )
             continue
-        gate = _gate(state, view)
-        if gate is not None:
-            code, option, rule, message = gate
-            state.emit(
-                code, option, rule, via_env(var, f"{var} is set (and not valid either)", message)
-            )
-            continue
         message = f"environment variable {var}: {problem.message}"
         state.emit(problem.code, f"env.{var}", rule, message, problem.suggestion)
         state.refused.add(name)
 
 
-def _mode(explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer) -> Mode:
-    """Step 4: lock, else explicit, else policy default, else 1 (training)."""
+def _mode(state: State, explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer) -> Mode:
+    """Step 4: lock, else explicit, else policy default, else 1 (training). A policy value is
+    read as the option reads it ("0" is 0), so the mode and the option never disagree."""
     for entry in (
         layer.locked.get("graph_run_mode"),
         explicit.get("graph_run_mode"),
@@ -300,8 +301,12 @@ def _mode(explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer) -> Mode
     ):
         if entry is None:
             continue
-        value = entry.value if isinstance(entry, PolicyEntry) else entry[0]
-        if value in (0, 1):
+        if isinstance(entry, PolicyEntry):
+            parsed = parse(state.view["graph_run_mode"], entry.value, product=state.pid)
+            value = parsed.value if isinstance(parsed, Parsed) else None
+        else:
+            value = entry[0]
+        if value in (0, 1) and type(value) is int:
             return Mode.from_graph_run_mode(value)
     return Mode.TRAINING
 
@@ -398,6 +403,10 @@ def _slot(
     name = option.name
     lock = layer.locked.get(name)
     env_rules = (option.env_rule,) if option.env else ()
+    if lock is not None and not view.acts and (given is not None or from_env is not None):
+        # A lock that cannot act here replaces nothing: the caller's own value meets the
+        # gate and its warning (an error under strict), as it would with no policy.
+        lock = None
     if lock is not None:
         value = _policy_value(state, view, lock)
         if value is None:
@@ -414,8 +423,11 @@ def _slot(
             return None
         asked = given[0] if given is not None else from_env
         requested: JSON = unset()
+        if given is not None and not _same(given[1], given[0]):
+            requested = given[1]  # the form the caller wrote, as on every other path
         if asked is not None and asked != value:
-            requested = given[1] if given is not None else state.env.get(option.env)
+            if requested is _UNSET:  # the caller's own words: the value, or the variable's text
+                requested = given[0] if given is not None else state.env.get(option.env)
             via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
             state.emit(
                 Code.POLICY_LOCKED,
@@ -722,7 +734,7 @@ def resolve(
         request.workdir,
     )
     explicit = _read_config(request, probe, catalog)
-    mode = _mode(explicit, layer)
+    mode = _mode(probe, explicit, layer)
     state = probe
     if mode is not Mode.TRAINING:
         state = State(
