@@ -380,3 +380,34 @@ def test_a_policy_swapped_for_a_fifo_leaves_the_server_serving(tmp_path: Path) -
         assert not [line for line in server.raw if "Traceback" in line]
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+def test_reload_policy_checks_the_file_off_the_event_loop(tmp_path: Path) -> None:
+    """Checking a large policy takes seconds; meanwhile the server keeps answering."""
+    from tests._server import ThreadServer
+
+    path = tmp_path / "policy.toml"
+    path.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n", encoding="utf-8")
+    release = threading.Event()
+
+    def slow_loader(file: Path) -> Policy:
+        if "7200" in file.read_text(encoding="utf-8"):
+            release.wait(5)  # a check that takes a while
+        return load_policy(file)
+
+    store = PolicyStore(path, loader=slow_loader)
+    store.load_initial()
+    with ThreadServer(store=store) as server, ResolverClient(server.target) as client:
+        path.write_text("[profiles.default.defaults]\nhccl_timeout = 7200\n", encoding="utf-8")
+        with ResolverClient(server.target) as admin:
+            reloading = threading.Thread(target=admin.reload_policy)
+            reloading.start()
+            time.sleep(0.3)  # the reload is now waiting in its loader
+            start = time.monotonic()
+            answer = client.resolve("atlas-a2", timeout=3)
+            answered_in = time.monotonic() - start
+            release.set()
+            reloading.join(10)
+        assert answer.options["hccl_timeout"] == 3600  # the last good policy, at once
+        assert answered_in < 1.5, f"Resolve waited {answered_in:.1f} s behind the reload"
+        assert client.resolve("atlas-a2").options["hccl_timeout"] == 7200

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from npu_resolver_client import ResolveError, ResolverClient
+from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DIFF_PRODUCTS
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
@@ -162,3 +162,17 @@ def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(
         (d.code, d.option) for d in local.diagnostics
     ]
     assert remote.options == local.options
+
+
+def test_a_batch_item_keeps_its_whole_report_however_many_errors(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """Batch items travel in the reply's body: no trailer limit cuts their report."""
+    from npu_resolver import ResolveRequest
+
+    with ResolverClient(grpc_target) as client:
+        config = {f"no_such_option_number_{i}": i for i in range(40)}
+        (item,) = client.resolve_batch([ResolveRequest("atlas-a2", config)])
+    assert isinstance(item, ResolveFailure)
+    assert item.resolution is not None
+    assert len(item.resolution.errors) == 40

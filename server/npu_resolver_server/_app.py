@@ -297,7 +297,14 @@ async def serve(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_stop, signum)
-    loop.add_signal_handler(signal.SIGHUP, built.store.reload)
+    reloads: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
+
+    def on_hup() -> None:
+        task = loop.create_task(built.store.reload_async())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
     await built.start()
     log.info(
         "serving",

@@ -10,7 +10,7 @@ GetPolicy and the health detail.
 Reading the file cannot hang or exhaust memory (the default loader opens it without blocking,
 refuses anything but a regular file and reads at most the size limit), but checking a large
 policy takes a while: the watcher loads in a worker thread and applies the result on the event
-loop. SIGHUP and ReloadPolicy load synchronously, as their callers need the outcome at once.
+loop. SIGHUP and ReloadPolicy load in a worker thread too (reload_async).
 """
 
 from __future__ import annotations
@@ -136,6 +136,13 @@ class PolicyStore:
         if self.path is None:
             return ReloadOutcome(False, self.version, "the server has no policy file")
         return self._apply(self._attempt())
+
+    async def reload_async(self) -> ReloadOutcome:
+        """reload(), with the reading and checking in a worker thread: a large policy takes
+        seconds to check, and the event loop keeps answering meanwhile."""
+        if self.path is None:
+            return ReloadOutcome(False, self.version, "the server has no policy file")
+        return self._apply(await asyncio.to_thread(self._attempt))
 
     def _attempt(self) -> _Attempt:
         """Load the file without touching the store (safe in a worker thread); any exception,

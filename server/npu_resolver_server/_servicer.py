@@ -8,6 +8,7 @@ and answered INTERNAL with a message; nothing escapes as UNKNOWN.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +55,8 @@ log = logging.getLogger("npu_resolver_server.service")
 
 M = TypeVar("M", bound=message.Message)
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+Method = Callable[[bytes, grpc.aio.ServicerContext], "Answer | Awaitable[Answer]"]
+"""A handler's body: most answer at once; ReloadPolicy awaits a load in a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +120,8 @@ MAX_MESSAGE_CHARS: Final = 500
 
 def error_answer(resolution: Resolution, response: bytes) -> Answer:
     """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response (a
-    serialized ResolveResponse). A report too large for a trailer keeps as many violations as
-    fit and leaves the response out: the same request with validate_only returns it in full."""
+    serialized ResolveResponse). A batch item carries it whole in the reply's body; a unary
+    reply cuts it to fit a trailer when sent (fit_trailer)."""
     errors = resolution.errors
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
@@ -134,18 +137,7 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     bad_request = error_details_pb2.BadRequest(field_violations=violations)
     status = _status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
-    if status.ByteSize() + len(response) + 16 <= MAX_DETAILS_BYTES:
-        status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # as Any.Pack would
-    else:
-        kept = len(violations)
-        while kept > 1 and status.ByteSize() > MAX_DETAILS_BYTES:
-            kept = max(1, kept * 3 // 4)
-            bad_request = error_details_pb2.BadRequest(field_violations=violations[:kept])
-            status = _status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
-        status.message = text + (
-            f"; the report is too large for the error details ({kept} of {len(errors)} errors "
-            "listed): send the request with validate_only for all of it"
-        )
+    status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # as Any.Pack would
     return Answer(
         grpc.StatusCode.INVALID_ARGUMENT,
         message=status.message,
@@ -154,6 +146,29 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
         ok=False,
         codes=tuple(resolution.codes()),
     )
+
+
+def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
+    """The status message and details of a failed unary call, cut to fit a trailer: a report
+    too large keeps as many violations as fit and leaves the packed response out, which the same
+    request with validate_only returns in full (the Python client asks for it by itself)."""
+    if len(details) <= MAX_DETAILS_BYTES:
+        return message, details
+    status = status_pb2.Status.FromString(details)
+    bad_request = error_details_pb2.BadRequest()
+    if not status.details or not status.details[0].Unpack(bad_request):
+        return message[:MAX_MESSAGE_CHARS], b""
+    violations = list(bad_request.field_violations)
+    kept = len(violations)
+    del status.details[1:]  # the packed response
+    while kept > 1 and status.ByteSize() > MAX_DETAILS_BYTES:
+        kept = max(1, kept * 3 // 4)
+        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
+    status.message = message + (
+        f"; the report is too large for the error details ({kept} of {len(violations)} errors "
+        "listed): send the request with validate_only for all of it"
+    )
+    return status.message, status.SerializeToString()
 
 
 def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
@@ -216,7 +231,7 @@ class ResolverService:
     # ----------------------------------------------------------------------- plumbing
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        methods: dict[str, Callable[[bytes, grpc.aio.ServicerContext], Answer]] = {
+        methods: dict[str, Method] = {
             "Resolve": self.resolve,
             "ResolveBatch": self.resolve_batch,
             "Diff": self.diff,
@@ -234,7 +249,9 @@ class ResolverService:
         )
 
     def _wrap(
-        self, method: str, fn: Callable[[bytes, grpc.aio.ServicerContext], Answer]
+        self,
+        method: str,
+        fn: Method,
     ) -> Handler:
         pid = self._pid
 
@@ -242,7 +259,8 @@ class ResolverService:
             start = _logging.now()
             extra: dict[str, Any] = {}
             try:
-                answer = fn(raw, context)
+                outcome = fn(raw, context)
+                answer = await outcome if inspect.isawaitable(outcome) else outcome
             except _RefusedError as refused:
                 answer = refused.answer()
             except Exception as exc:
@@ -284,9 +302,12 @@ class ResolverService:
             if answer.code is grpc.StatusCode.OK:
                 context.set_trailing_metadata(tuple(trailing))
                 return answer.payload
+            message = answer.message
             if answer.status_details:
-                trailing.append((STATUS_DETAILS_KEY, answer.status_details))
-            await context.abort(answer.code, answer.message, tuple(trailing))
+                message, details = fit_trailer(message, answer.status_details)
+                if details:
+                    trailing.append((STATUS_DETAILS_KEY, details))
+            await context.abort(answer.code, message, tuple(trailing))
             raise AssertionError("abort returned")  # pragma: no cover
 
         return handler
@@ -500,7 +521,7 @@ class ResolverService:
         )
         return Answer(grpc.StatusCode.OK, payload=response.SerializeToString())
 
-    def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+    async def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ReloadPolicyRequest, raw)
         if self.store.path is None:
             return Answer(
@@ -508,7 +529,7 @@ class ResolverService:
                 message="the server was started without --policy; there is nothing to reload",
                 ok=False,
             )
-        outcome = self.store.reload()
+        outcome = await self.store.reload_async()
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )
