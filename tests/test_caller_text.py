@@ -156,3 +156,47 @@ def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
         answer = resolve(request(long, "600" + " " * (1000 + i)))
         assert answer.ok and answer.paths["debug_dir"] == long
     assert [len(table) for table in tables] == before
+
+
+def test_the_client_sends_a_config_surrogate_escaped_and_gets_the_in_process_report(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    from npu_resolver_client import ResolveError, ResolverClient
+
+    request = ResolveRequest("atlas-a2", {"debug_dir": f"/a{LONE}", "hccl_timeout": 600})
+    local = resolve(request)
+    with ResolverClient(grpc_target) as client, pytest.raises(ResolveError) as info:
+        client.resolve_request(request)
+    assert info.value.resolution is not None
+    assert [(d.code, d.option) for d in info.value.resolution.errors] == [
+        (d.code, d.option) for d in local.errors
+    ]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        ResolveRequest(f"atlas-a2{LONE}"),
+        ResolveRequest("atlas-a2", profile=LONE),
+        ResolveRequest("atlas-a2", env={"ASCEND_WORK_PATH": f"/w{LONE}"}),
+        ResolveRequest("atlas-a2", workdir=f"/w{LONE}"),
+    ],
+    ids=["product", "profile", "env", "workdir"],
+)
+def test_the_client_refuses_other_fields_that_are_not_text_naming_them(
+    grpc_target: str,  # noqa: F811
+    request_: ResolveRequest,
+) -> None:
+    """Protobuf cannot carry them: a clear client error, not a UnicodeEncodeError."""
+    from npu_resolver_client import ResolverCallError, ResolverClient
+
+    with ResolverClient(grpc_target) as client:
+        for call in (
+            lambda: client.resolve_request(request_),
+            lambda: client.resolve_batch([request_]),
+            lambda: client.diff(request_, ["atlas-a2", "atlas-a3"]),
+        ):
+            with pytest.raises(ResolverCallError) as info:
+                call()
+            assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
+            assert "surrogate" in info.value.details

@@ -51,10 +51,14 @@ def test_a_diff_names_each_product_once_and_at_most_the_limit(
     code, error = _call(grpc_target, method, wide.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert f"at most {MAX_DIFF_PRODUCTS} products" in error.details()
-    repeated = pb.DiffRequest(products=["atlas-a2", "atlas-a3"] * 10_000)
+    repeated = pb.DiffRequest(products=["atlas-a2", "Ascend910B1", "atlas-a3"] * 10_000)
     code, reply = _call(grpc_target, method, repeated.SerializeToString())
     assert code is grpc.StatusCode.OK
     assert list(pb.DiffResponse.FromString(reply).products) == ["atlas-a2", "atlas-a3"]
+    twice = pb.DiffRequest(products=["atlas-a2", "atlas-a2"])  # one column, as in process
+    code, reply = _call(grpc_target, method, twice.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    assert list(pb.DiffResponse.FromString(reply).products) == ["atlas-a2"]
 
 
 def _details(error: Any) -> status_pb2.Status:

@@ -31,7 +31,9 @@ from npu_resolver import DiffCell, DiffResult, DiffRow, Product, Resolution, Res
 
 from ._convert import (
     SOURCE_FROM_PB,
+    NotTextError,
     catalog_from_proto,
+    check_text,
     config_to_json,
     product_from_proto,
     request_to_proto,
@@ -244,6 +246,7 @@ def _remaining(deadline: float | None, started: float) -> float | None:
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
+    _sendable(request)
     message = pb.DiffRequest(
         products=list(products),
         env=dict(request.env),
@@ -254,6 +257,26 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
     )
     message.config_json = config_to_json(request.config)
     return message
+
+
+def _not_sent(exc: NotTextError) -> ResolverCallError:
+    """A request with a field that is not Unicode text is refused before any call, as the
+    server would refuse it (INVALID_ARGUMENT), with the field named."""
+    return ResolverCallError(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
+
+
+def _sendable(request: ResolveRequest) -> None:
+    try:
+        check_text(request)
+    except NotTextError as exc:
+        raise _not_sent(exc) from None
+
+
+def _to_proto(request: ResolveRequest) -> pb.ResolveRequest:
+    try:
+        return request_to_proto(request)
+    except NotTextError as exc:
+        raise _not_sent(exc) from None
 
 
 def _restored(resolution: Resolution | None, request: ResolveRequest) -> Resolution | None:
@@ -503,7 +526,7 @@ class ResolverClient:
     def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
-        message = request_to_proto(request)
+        message = _to_proto(request)
         started = time.monotonic()
         try:
             response = self._call("Resolve", message, timeout)
@@ -531,7 +554,7 @@ class ResolverClient:
     def resolve_batch(
         self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
-        batch = pb.ResolveBatchRequest(requests=[request_to_proto(r) for r in requests])
+        batch = pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
         return _batch_results(self._call("ResolveBatch", batch, timeout), requests)
 
     def diff(
@@ -712,7 +735,7 @@ class AsyncResolverClient:
     async def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
-        message = request_to_proto(request)
+        message = _to_proto(request)
         started = time.monotonic()
         try:
             response = await self._call("Resolve", message, timeout)
@@ -742,7 +765,7 @@ class AsyncResolverClient:
     async def resolve_batch(
         self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
-        batch = pb.ResolveBatchRequest(requests=[request_to_proto(r) for r in requests])
+        batch = pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
         return _batch_results(await self._call("ResolveBatch", batch, timeout), requests)
 
     async def diff(

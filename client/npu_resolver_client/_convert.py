@@ -25,7 +25,7 @@ from npu_resolver import (
     Severity,
     Source,
 )
-from npu_resolver._model import unique_keys
+from npu_resolver._model import is_text, printable, unique_keys
 from npu_resolver._products import Family
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
@@ -176,12 +176,38 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     so that the server's resolver refuses them on their option as the one in process does."""
     if not config:
         return ""
-    return json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"))
+    if not is_text(text):  # a lone surrogate travels as its "\ud800" escape, for the server
+        text = json.dumps(dict(config), separators=(",", ":"))  # to refuse on its option
+    return text
+
+
+class NotTextError(ValueError):
+    """A string the request sends outside its config holds a lone UTF-16 surrogate: it is not
+    Unicode text, so protobuf cannot carry it. (Inside the config it travels escaped, and the
+    resolver refuses it on its option, as in process.)"""
+
+
+def check_text(request: ResolveRequest) -> None:
+    """NotTextError naming the first field that is not Unicode text."""
+    for name, value in (
+        ("product", request.product),
+        ("profile", request.profile),
+        ("workdir", request.workdir),
+    ):
+        if not is_text(value):
+            raise NotTextError(f"{name} {printable(value)!r} holds a lone UTF-16 surrogate")
+    for kind, entries in (("env", request.env), ("attachments", request.attachments)):
+        for key, value in entries.items():
+            if not (is_text(key) and is_text(value)):
+                raise NotTextError(f"{kind}.{printable(key)} holds a lone UTF-16 surrogate")
 
 
 def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.ResolveRequest:
     """The wire request. The config goes as JSON text (`config_json`), which keeps 600 and 600.0
-    apart as the in-process resolver does; `as_struct` sends it as the Struct `config`."""
+    apart as the in-process resolver does; `as_struct` sends it as the Struct `config`.
+    NotTextError when a field outside the config is not Unicode text."""
+    check_text(request)
     message = pb.ResolveRequest(
         product=request.product,
         env=dict(request.env),

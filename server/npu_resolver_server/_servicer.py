@@ -21,6 +21,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest, Severity
+from npu_resolver._products import product_id
 from npu_resolver_client._convert import (
     LimitError,
     catalog_to_proto,
@@ -431,9 +432,10 @@ class ResolverService:
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         request = parse(pb.DiffRequest, raw)
-        products = list(dict.fromkeys(request.products))  # a product named twice is one column
-        if len(products) < 2:
+        if len(request.products) < 2:  # as in process: two names, even of one product, will do
             raise _RefusedError("a diff needs two or more products", "products", "TOO_FEW_PRODUCTS")
+        # A product named twice, by id or alias, is one column: the cap counts columns.
+        products = list(dict.fromkeys(product_id(p) or p for p in request.products))
         if len(products) > MAX_DIFF_PRODUCTS:
             raise _RefusedError(
                 f"a diff takes at most {MAX_DIFF_PRODUCTS} products (there are "
