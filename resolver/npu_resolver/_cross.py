@@ -14,7 +14,7 @@ from typing import Final
 from ._model import Code, Source
 from ._products import Family
 from ._schema import Mode, Option
-from ._state import Slot, State
+from ._state import State
 from ._values import show
 
 
@@ -92,10 +92,17 @@ def inference_small_channel(state: State) -> None:
     if slot.value != 1:
         state.force(name, 1, "R-ESC-1", detail, message)
         return
-    # Already 1, yet still not the caller's to choose: the rule decides it, and one who set it
-    # hears that the setting is ignored.
-    state.slots[name] = Slot(1, Source.DERIVED, slot.with_rule("R-ESC-1").rules, detail=detail)
-    if slot.is_set:
+    # Already 1, yet still not the caller's to choose: the rule decides it (the form the caller
+    # wrote, such as "1", stays in requested), and one who set it hears the setting is ignored,
+    # as a policy entry written for every product does not (its drops are quiet too).
+    state.slots[name] = slot.changed(
+        source=Source.DERIVED,
+        rules=slot.with_rule("R-ESC-1").rules,
+        detail=detail,
+        env_var="",
+        all_products=False,
+    )
+    if slot.is_set and not slot.all_products:
         state.emit(Code.FORCED, name, "R-ESC-1", message)
 
 
@@ -226,6 +233,8 @@ def loop_sinking_needs_getnext(state: State) -> None:
     """R-DEP-1: "GetNext算子下沉是使能训练迭代循环下沉的必要条件": iterations_per_loop above 1
     sinks the training loop, which GetNext sinking (enable_data_pre_proc True) must enable."""
     loops = state.value("iterations_per_loop")
+    if state.mode is not Mode.TRAINING:  # the source speaks of sinking the training loop
+        return
     if state.value("enable_data_pre_proc") is False and isinstance(loops, int) and loops > 1:
         state.conflict(
             "enable_data_pre_proc",

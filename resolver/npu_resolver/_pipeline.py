@@ -34,7 +34,7 @@ from ._model import (
 from ._options import CACHE_ENV_VARS
 from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
-from ._schema import Mode, ValueGate
+from ._schema import Mode, Option, ValueGate
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
 from ._values import Parsed, Problem, config_shape, parse, show
 
@@ -391,6 +391,11 @@ def _rules(*rules: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rules))
 
 
+def _alias_rule(option: Option, raw: JSON) -> tuple[str, ...]:
+    """The rule that reads an old name (R-PM-2: force_fp32), when the caller wrote one."""
+    return (option.aliases_rule,) if isinstance(raw, str) and raw in option.aliases else ()
+
+
 def _slot(
     state: State,
     view: OptionView,
@@ -460,7 +465,11 @@ def _slot(
         return Slot(
             given[0],
             Source.USER,
-            _rules(option.rule, *(env_rules if from_env is not None else ())),
+            _rules(
+                option.rule,
+                *_alias_rule(option, given[1]),
+                *(env_rules if from_env is not None else ()),
+            ),
             requested=unset() if _same(given[1], given[0]) else given[1],
         )
     if from_env is not None:
@@ -524,9 +533,7 @@ def _precedence(
             if value is raw or _same(value, raw):
                 fields = (value, user, view.user_rules, _UNSET, "", "", False, view.user_provenance)
             else:
-                rules = view.user_rules
-                if isinstance(raw, str) and raw in view.option.aliases:  # R-PM-2: an old name
-                    rules = _rules(*rules, view.option.aliases_rule)
+                rules = _rules(*view.user_rules, *_alias_rule(view.option, raw))
                 fields = (value, user, rules, raw, "", "", False, None)
             slots[name] = new_slot(Slot, fields)
             if undocumented:
