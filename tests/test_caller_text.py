@@ -153,7 +153,7 @@ def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
     before = [len(table) for table in tables]
     for i in range(20):
         long = f"/job/{i}/" + "d" * 100_000
-        answer = resolve(request(long, "600" + " " * (1000 + i)))
+        answer = resolve(request(long, "600" + " " * (5000 + i)))
         assert answer.ok and answer.paths["debug_dir"] == long
     assert [len(table) for table in tables] == before
 

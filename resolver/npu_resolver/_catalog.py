@@ -48,6 +48,9 @@ class OptionView:
     """The option acts here and no value of it is blocked: the gates have nothing to do."""
     flagged: bool
     """Experimental or deprecated: a caller who sets it is warned."""
+    free_text: bool
+    """A string without a list of choices: only here can text that is not Unicode (a lone
+    surrogate) pass the other checks, so only here is it looked for."""
 
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
@@ -61,7 +64,7 @@ class OptionView:
             return False
         if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
             return False  # parse() says why
-        if type(raw) is str and not raw.isascii() and not is_text(raw):
+        if self.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
             return False  # parse() says why
         check = self.option.validator
         return check is None or (type(raw) is str and check(raw) is None)
@@ -127,6 +130,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         user_provenance=Provenance(Source.USER, (option.rule,)),
         plain_gate=acts and not blocked,
         flagged=option.experimental or option.deprecated,
+        free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
     )
 
 

@@ -18,9 +18,9 @@ JSON = Any
 
 CATALOG_VERSION: Final = "900"
 MAX_EXACT_INT: Final = 2**53
-MAX_MEMO_TEXT: Final = 256
-"""Memo tables keep only short strings: 4,096 entries of a few hundred bytes stay small, where a
-caller's megabyte-long paths would pin gigabytes."""
+MAX_MEMO_TEXT: Final = 1024
+"""Memo tables keep only strings this short (the paths memo, twice this in all): 4,096 entries
+of a KiB or two stay a few MiB, where a caller's megabyte-long paths would pin gigabytes."""
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 

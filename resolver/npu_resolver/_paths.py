@@ -67,7 +67,7 @@ _ABSENT: Final = object()
 
 def _short(key: tuple[object, ...]) -> bool:
     """Only combinations of short strings are kept (see MAX_MEMO_TEXT)."""
-    return sum(len(part) for part in key if isinstance(part, str)) <= MAX_MEMO_TEXT
+    return sum(len(part) for part in key if isinstance(part, str)) <= 2 * MAX_MEMO_TEXT
 
 
 def _compute(state: State) -> dict[str, str]:

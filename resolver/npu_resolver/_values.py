@@ -68,51 +68,65 @@ def _json_text(value: JSON) -> str:
 
 
 def _unfit(value: JSON) -> str | None:
-    """Why a pass-through value cannot be taken (nested without bound, or holding a number
-    JSON cannot carry exactly), or None. Iterative, so any depth is safe to look at."""
-    stack: list[tuple[JSON, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
+    """Why a pass-through value cannot be taken (nested without bound, holding a number JSON
+    cannot carry exactly, or text that is not Unicode), or None. Level by level, so any depth
+    is safe to look at and each element costs a few checks, no call."""
+    level: list[JSON] = [value]
+    depth = 1
+    while level:
         if depth > MAX_OBJECT_DEPTH:
             return f"nested at most {MAX_OBJECT_DEPTH} deep"
-        if isinstance(item, dict):
-            if not all(is_text(key) for key in item if type(key) is str):
-                return _NOT_TEXT
-            stack.extend((v, depth + 1) for v in item.values())
-        elif type(item) is str and not is_text(item):
-            return _NOT_TEXT
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif type(item) is int and not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
-            return "free of integers beyond ±2^53 (JSON numbers cannot carry them exactly)"
-        elif type(item) is float and not math.isfinite(item):
-            return "free of NaN and infinities (JSON has no such numbers)"
+        following: list[JSON] = []
+        for item in level:
+            if isinstance(item, dict):
+                try:
+                    keys = "".join(item)
+                except TypeError:  # keys that are not all strings (possible in process only)
+                    keys = "".join(key for key in item if type(key) is str)
+                if not keys.isascii() and not is_text(keys):
+                    return _NOT_TEXT
+                following.extend(item.values())
+            elif isinstance(item, list):
+                following.extend(item)
+            elif type(item) is str:
+                if not item.isascii() and not is_text(item):
+                    return _NOT_TEXT
+            elif type(item) is int:
+                if not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
+                    return "free of integers beyond ±2^53 (JSON numbers cannot carry them exactly)"
+            elif type(item) is float and not math.isfinite(item):
+                return "free of NaN and infinities (JSON has no such numbers)"
+        level = following
+        depth += 1
     return None
 
 
 _NOT_TEXT: Final = "free of lone UTF-16 surrogates"
 
 
+_CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
+
+
 def config_shape(config: dict[str, JSON]) -> str | None:
     """Why a config is too deep or too wide to be read at all, or None. The server refuses the
     same configs while reading them off the wire, so both answer alike. Iterative, so any depth
     is safe to look at; a flat config costs one pass over its values."""
-    containers = (dict, list)
     items = len(config)
     if items > MAX_CONFIG_ITEMS:
         return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
-    stack: list[tuple[dict[str, JSON] | list[JSON], int]] = [
-        (value, 2) for value in config.values() if isinstance(value, containers) and value
-    ]
-    while stack:
-        item, depth = stack.pop()
+    level = [value for value in config.values() if isinstance(value, _CONTAINERS)]
+    depth = 2
+    while level:
         if depth > MAX_CONFIG_DEPTH:
             return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
-        items += len(item)
+        following: list[JSON] = []
+        for item in level:
+            items += len(item)
+            following.extend(item.values() if isinstance(item, dict) else item)
         if items > MAX_CONFIG_ITEMS:
             return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children if isinstance(child, containers))
+        level = [child for child in following if isinstance(child, _CONTAINERS)]
+        depth += 1
     return None
 
 
