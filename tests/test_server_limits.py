@@ -162,8 +162,8 @@ def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(
     with ResolverClient(grpc_target) as client:
         remote = client.resolve_request(request)
     assert remote.ok == local.ok
-    assert [(d.code, d.option) for d in remote.diagnostics] == [
-        (d.code, d.option) for d in local.diagnostics
+    assert [(d.code, d.option, d.message) for d in remote.diagnostics] == [
+        (d.code, d.option, d.message) for d in local.diagnostics
     ]
     assert remote.options == local.options
 

@@ -27,6 +27,7 @@ from npu_resolver import (
 )
 from npu_resolver._model import is_text, printable, unique_keys
 from npu_resolver._products import Family
+from npu_resolver._values import config_refusal
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
@@ -110,13 +111,13 @@ def _checked_value(value: struct_pb2.Value, where: str, depth: int, budget: _Bud
     if kind is None or kind == "null_value":
         return None
     if depth >= budget.max_depth:
-        raise LimitError(f"{where}: nested deeper than {budget.max_depth} levels")
+        raise LimitError(config_refusal(f"nested deeper than {budget.max_depth} levels"))
     if kind == "struct_value":
         return _checked_struct(value.struct_value, where, depth + 1, budget)
     items = value.list_value.values
     budget.keys += len(items)
     if budget.keys > budget.max_keys:
-        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
     return [_checked_value(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(items)]
 
 
@@ -126,7 +127,7 @@ def _checked_struct(
     fields = struct.fields
     budget.keys += len(fields)
     if budget.keys > budget.max_keys:
-        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
     return {
         key: _checked_value(v, f"{where}.{key[:64]}", depth, budget) for key, v in fields.items()
     }
@@ -243,10 +244,10 @@ def _check_plain(
 ) -> None:
     """Depth and key limits over a JSON object or array (scalars cost no call)."""
     if depth > budget.max_depth:
-        raise LimitError(f"{where}: nested deeper than {budget.max_depth} levels")
+        raise LimitError(config_refusal(f"nested deeper than {budget.max_depth} levels"))
     budget.keys += len(data)
     if budget.keys > budget.max_keys:
-        raise LimitError(f"{where}: more than {budget.max_keys} keys and items in all")
+        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
     for item in data.values() if isinstance(data, dict) else data:
         if isinstance(item, _JSON_CONTAINERS):
             _check_plain(item, where, depth + 1, budget)
@@ -268,7 +269,7 @@ def config_from_wire(
     try:
         data = _loads(text)
     except RecursionError:
-        raise LimitError(f"{where}_json: nested deeper than {max_depth} levels") from None
+        raise LimitError(config_refusal(f"nested deeper than {max_depth} levels")) from None
     except ValueError as exc:
         if isinstance(exc, LimitError):
             raise

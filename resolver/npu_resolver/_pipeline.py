@@ -36,7 +36,7 @@ from ._paths import effective_paths
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode, Option, ValueGate
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, Slot, State, via_env
-from ._values import Parsed, Problem, config_shape, parse, show
+from ._values import Parsed, Problem, config_refusal, config_shape, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
 _ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
@@ -703,8 +703,7 @@ def resolve(
                 Code.INVALID_VALUE,
                 "config",
                 "",
-                f"config: {shape}; send only NPURunConfig options, with objects of a "
-                "reasonable size.",
+                config_refusal(shape),
             ),
             policy_version=policy_version,
             catalog=catalog,

@@ -104,6 +104,11 @@ def _unfit(value: JSON) -> str | None:
 _NOT_TEXT: Final = "free of lone UTF-16 surrogates"
 
 
+def config_refusal(shape: str) -> str:
+    """The message for a config too deep or too wide to read, in process and on the server."""
+    return f"config: {shape}; send only NPURunConfig options, with objects of a reasonable size."
+
+
 _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
 
 
