@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -359,3 +361,203 @@ def test_a_token_file_that_cannot_be_a_header_is_a_usage_error(tmp_path: Path) -
         )  # fmt: skip
         assert proc.returncode == 2, (name, proc.stderr)
         assert "--token-file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _run_shell(redirect: str, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI with a shell redirection (`<&-`, `>&-`, `> /dev/full`) and extra environment."""
+    base = {
+        k: v for k, v in os.environ.items() if k not in {"HCCL_EXEC_TIMEOUT", "NPU_COLLECT_PATH"}
+    }
+    return subprocess.run(
+        ["sh", "-c", f'"$@" {redirect}', "sh", *CLI, *args],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={**base, **env},
+    )
+
+
+def test_configs_and_attachments_without_a_size_are_read_only_up_to_the_limit(
+    tmp_path: Path,
+) -> None:
+    """stat says 0 bytes for a device or a pipe: the bound is on what is read, and what is too
+    large says so, as a big regular file does."""
+    proc = run("resolve", "--product", "atlas-a2", "--config", "/dev/zero")
+    assert proc.returncode == 2
+    assert "config /dev/zero is larger than 4194304 bytes" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (4 * 1024 * 1024 + 1))
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(big))
+    assert proc.returncode == 2 and "is larger than 4194304 bytes" in proc.stderr
+    proc = run("resolve", "--product", "atlas-a2", "--config", "-", stdin='"' + "a" * 5_000_000)
+    assert proc.returncode == 2
+    assert "config - is larger than 4194304 bytes" in proc.stderr
+    assert "Unterminated" not in proc.stderr
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--set", "op_debug_config=/x",
+        "--attach", "op_debug_config=/dev/zero",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "op_debug_config file /dev/zero (R-ODC-1)" in proc.stderr
+    assert "larger than the limit of 1,048,576 bytes" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_json_nested_too_deeply_for_the_decoder_is_unreadable_input(tmp_path: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    config = tmp_path / "deep.json"
+    config.write_text('{"dump_config": ' + deep + "}", encoding="utf-8")
+    for args in (
+        ("resolve", "--product", "atlas-a2", "--config", str(config)),
+        ("resolve", "--product", "atlas-a2", "--set", f"dump_config={deep}"),
+        ("diff", "--product", "atlas-a2", "atlas-training", "--config", str(config)),
+    ):
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        assert "nested too deeply" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_refusal_without_a_report_exits_2_through_a_server(grpc_target: str) -> None:
+    """Exit 1 promises a printed report; INVALID_ARGUMENT with none is a refusal: exit 2."""
+    names = [f"product-{i}" for i in range(40)]
+    proc = run("diff", "--product", *names, "--server", grpc_target)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "INVALID_ARGUMENT" in proc.stderr and "at most" in proc.stderr
+
+
+def test_closed_or_failing_standard_streams_are_one_line_errors() -> None:
+    proc = _run_shell("<&-", "resolve", "--product", "atlas-a2", "--config", "-")
+    assert proc.returncode == 2
+    assert b"standard input: it is closed" in proc.stderr and b"Traceback" not in proc.stderr
+    proc = _run_shell(">&-", "products")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        b"npu-resolve: cannot write the answer: standard output is closed"
+    ]
+    if Path("/dev/full").exists():
+        for args in (("resolve", "--product", "atlas-a2", "--format", "json"), ("products",)):
+            proc = _run_shell("> /dev/full", *args)
+            assert proc.returncode == 2, args
+            assert proc.stderr.strip().splitlines() == [
+                b"npu-resolve: cannot write the answer: standard output: No space left on device"
+            ]
+
+
+def test_output_is_utf8_whatever_pythonioencoding_says() -> None:
+    proc = _run_shell(
+        "",
+        "resolve", "--product", "atlas-a2", "--set", "debug_dir=/数据", "--format", "json",
+        PYTHONIOENCODING="ascii",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.decode("utf-8"))["paths"]["debug_dir"] == "/数据"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--product", "atlas-a2\udcff"),
+        ("--product", "atlas-a2", "--profile", "\udcff"),
+        ("--product", "atlas-a2", "--set", "debug_dir\udcff=1"),
+        ("--product", "atlas-a2", "--set", "debug_dir=/job/\udcff"),
+        ("--product", "atlas-a2", "--attach", "op_debug_config\udcff=/x"),
+        ("--product", "atlas-a2", "--attach", "op_debug_config=/x\udcff"),
+    ],
+)
+def test_names_and_values_not_in_utf8_are_usage_errors(
+    grpc_target: str, args: tuple[str, ...]
+) -> None:
+    """argv holds bytes that are not UTF-8 as lone surrogates: refused before any call."""
+    for where in ((), ("--server", grpc_target)):
+        proc = run("resolve", *args, *where)
+        assert proc.returncode == 2, (where, proc.stderr)
+        assert "is not valid UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("diff", "--product", "atlas-a2", "atlas-training\udcff", "--server", grpc_target)
+    assert proc.returncode == 2 and "--product" in proc.stderr
+
+
+def test_a_surrogate_escape_in_a_config_file_is_reported_through_a_server(
+    grpc_target: str, tmp_path: Path
+) -> None:
+    """Not argv: the value is the resolver's to judge, as in process."""
+    config = tmp_path / "c.json"
+    config.write_text('{"debug_dir": "\\ud800"}', encoding="utf-8")
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--config", str(config), "--format", "json",
+        "--server", grpc_target,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    diagnostic = json.loads(proc.stdout)["diagnostics"][0]
+    assert (diagnostic["code"], diagnostic["option"]) == ("INVALID_VALUE", "debug_dir")
+
+
+def test_table_escapes_control_characters_from_the_caller() -> None:
+    proc = run(
+        "resolve", "--product", "atlas-a2",
+        "--set", "enable_scope_fusion_passes=x\x1b[31mRED\x1b[0m", "--workdir", "/w\x1b[2J",
+        "--set", "bad\x1b[1mopt=1", "--set", "debug_dir=/a\nb",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "\x1b" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert any(ln.startswith("enable_scope_fusion_passes") for ln in lines)
+    assert "x\\x1b[31mRED\\x1b[0m" in proc.stdout
+    assert "  fusion_result_file  /w\\x1b[2J/fusion_result.json" in lines
+    assert "UNKNOWN_OPTION bad\\x1b[1mopt:" in proc.stdout
+    debug = next(ln for ln in lines if ln.startswith("debug_dir"))
+    assert "/a\\nb" in debug and "USER" in debug  # one row, not two
+    diff = run(
+        "diff", "--product", "atlas-a2", "atlas-training", "--set", "debug_dir=/a\x1b[1m", "--all"
+    )
+    assert diff.returncode == 0 and "\x1b" not in diff.stdout
+    raw = run("resolve", "--product", "atlas-a2", "--format", "json", "--workdir", "/w\x1b[2J")
+    assert json.loads(raw.stdout)["paths"]["debug_dir"] == "/w\x1b[2J"  # json keeps the value
+
+
+def test_a_byte_order_mark_before_the_config_is_accepted(tmp_path: Path) -> None:
+    config = tmp_path / "bom.json"
+    config.write_bytes(b'\xef\xbb\xbf{"hccl_timeout": 3600}')
+    code, out = resolve_json("--product", "atlas-a2", "--config", str(config))
+    assert code == 0 and out["options"]["hccl_timeout"] == 3600
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--config", "-", "--format", "json",
+        stdin='\ufeff{"hccl_timeout": 3600}',
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["options"]["hccl_timeout"] == 3600
+
+
+def test_python_format_keeps_object_options_as_comments_holding_their_values() -> None:
+    dump = {"enable_dump": True, "path": "/x"}
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--set", f"dump_config={json.dumps(dump)}",
+        "--set", "hccl_timeout=3600", "--format", "python",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln.strip() for ln in proc.stdout.splitlines() if "dump_config" in ln)
+    assert line.startswith("# dump_config={")
+    literal = line.removeprefix("# dump_config=").split(",  # ")[0].removesuffix(",")
+    assert ast.literal_eval(literal) == dump
+    namespace: dict[str, Any] = {"NPURunConfig": lambda **kw: kw}
+    exec(proc.stdout, namespace)  # the output is ours: a literal call of known options
+    assert namespace["config"] == {"hccl_timeout": 3600}
+    notes = [ln for ln in proc.stderr.splitlines() if "note:" in ln]
+    assert len(notes) == 1 and "dump_config" in notes[0]
+
+
+def test_readme_json_example_is_the_output_of_the_command_above_it() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    before, block = readme.split("```json\n", 1)
+    shown = json.loads(block.split("```", 1)[0])
+    command = before.rstrip().removesuffix("```").rstrip().splitlines()[-1]
+    assert command.startswith("$ npu-resolve resolve ")
+    proc = run(*shlex.split(command.removeprefix("$ npu-resolve ")))
+    assert proc.returncode == 0, proc.stderr
+    actual = json.loads(proc.stdout)
+    for key, value in shown.items():
+        if key in ("options", "provenance"):  # the README keeps two options of them
+            assert {name: actual[key][name] for name in value} == value
+        else:
+            assert actual[key] == value, key

@@ -8,6 +8,7 @@ transport, and prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from .._options import NAMED_ENV_VARS
 from .._schema import OptType
 from ._render import (
     FORMATS,
+    object_options,
     render_diagnostics,
     render_env,
     render_json,
@@ -65,14 +67,27 @@ def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
     return pairs
 
 
+class _TooDeepError(ValueError):
+    """JSON nested deeper than the decoder can follow."""
+
+
+def _loads(text: str) -> JSON:
+    """json.loads with keys written once; nesting the decoder cannot follow (it recurses) is
+    bad input like any other, not a crash."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise _TooDeepError("nested too deeply to read") from None
+
+
 def _typed(name: str, text: str) -> JSON:
     """A --set value in the option's own type, so that typing it is not 'normalizing' it."""
     option = CATALOG.by_name.get(name)
     if option is None or option.type in (OptType.STR, OptType.PATH):
         return text
     try:
-        return json.loads(text, object_pairs_hook=unique_keys)
-    except DuplicateKeyError as exc:
+        return _loads(text)
+    except (DuplicateKeyError, _TooDeepError) as exc:
         raise UsageError(f"--set {name}: {exc}") from None
     except json.JSONDecodeError:
         if option.type is OptType.BOOL and text.lower() in ("true", "false"):
@@ -80,23 +95,46 @@ def _typed(name: str, text: str) -> JSON:
         return text
 
 
-def _read_text(path: str, what: str) -> str:
+def _read_at_most(path: str, what: str, size: int) -> bytes:
+    """Up to `size` bytes of a file, or of stdin for "-". A pipe or a device has no size to
+    check beforehand (stat says 0 for /dev/zero), so the bound is on what is read."""
     try:
         if path == "-":
-            return sys.stdin.read(MAX_INPUT_BYTES + 1)
-        file = Path(path)
-        if file.stat().st_size > MAX_INPUT_BYTES:
-            raise UsageError(f"{what} {path} is larger than {MAX_INPUT_BYTES} bytes")
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc}") from exc
+            stdin = sys.stdin
+            if stdin is None:
+                raise UsageError(f"cannot read {what} from standard input: it is closed")
+            buffer = getattr(stdin, "buffer", None)
+            if buffer is None:  # a text stream put in its place
+                return stdin.read(size).encode("utf-8", "surrogateescape")[:size]
+            data: bytes = buffer.read(size)
+            return data
+        with open(path, "rb") as file:
+            return file.read(size)
+    except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot read {what} {path}: {reason}") from exc
+
+
+def _read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The whole of a file or stdin, refused when longer than `limit`: read one byte more to
+    know, never all of it."""
+    data = _read_at_most(path, what, limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"{what} {path} is larger than {limit} bytes")
+    return data
 
 
 def _read_config(path: str | None) -> dict[str, JSON]:
     if path is None:
         return {}
+    try:  # utf-8-sig: a byte-order mark some editors write is not part of the JSON
+        text = _read_limited(path, "config").decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read config {path}: {exc}") from exc
     try:
-        data = json.loads(_read_text(path, "config"), object_pairs_hook=unique_keys)
+        data = _loads(text)
+    except _TooDeepError as exc:
+        raise UsageError(f"config {path} is {exc}") from exc
     except ValueError as exc:  # not JSON, or a key written twice
         raise UsageError(f"config {path} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -128,14 +166,12 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
 
 def _read_attachment(option: str, path: str) -> str:
     """A file an option names, as text; one that is not UTF-8 is unreadable input, said with
-    the line and column and the format's rule."""
+    the line and column and the format's rule. One byte over the limit is read, no more: the
+    decoder then refuses it as too large, whether it is a file, a pipe or /dev/zero."""
     from .._content import FORMAT_RULES
-    from ..attachments import decode_attachment
+    from ..attachments import MAX_ATTACHMENT_BYTES, decode_attachment
 
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {option} file {path}: {exc.strerror or exc}") from exc
+    data = _read_at_most(path, f"{option} file", MAX_ATTACHMENT_BYTES + 1)
     text, issue = decode_attachment(data)
     if text is None:
         reason = issue.message if issue is not None else "not readable as text"
@@ -143,7 +179,21 @@ def _read_attachment(option: str, path: str) -> str:
     return text
 
 
+def _refuse_non_text(args: argparse.Namespace) -> None:
+    """Bytes on the command line that are not UTF-8 arrive as lone surrogates: no answer can
+    carry them and no server can be sent them, so they are usage errors, in process too."""
+    products = args.product if isinstance(args.product, list) else [args.product]
+    given = [("--product", product) for product in products]
+    given += [("--profile", args.profile or ""), ("--workdir", args.workdir or "")]
+    given += [("--set", item) for item in args.set or ()]
+    given += [("--attach", item) for item in args.attach or ()]
+    for flag, text in given:
+        if not is_text(text):
+            raise UsageError(f"{flag}: {printable(text)!r} is not valid UTF-8 text")
+
+
 def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
+    _refuse_non_text(args)
     config = _read_config(args.config)
     for name, value in _pairs(args.set, "--set"):
         config[name] = _typed(name, value)
@@ -151,7 +201,7 @@ def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
     if args.inherit_env:
         env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
     env.update(dict(_pairs(args.env, "--env")))
-    for name, value in (*env.items(), ("--workdir", args.workdir or "")):
+    for name, value in env.items():
         if not (is_text(name) and is_text(value)):  # bytes that are not UTF-8, from argv
             raise UsageError(f"{printable(name)}: {printable(value)!r} is not valid UTF-8 text")
     return ResolveRequest(
@@ -202,11 +252,7 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
         path = getattr(args, flag, None)
         if not path:
             continue
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            option = "--" + flag.replace("_", "-")
-            raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+        data = _read_limited(path, "--" + flag.replace("_", "-"))
         if param == "token":
             token = data.decode("utf-8", "replace").strip()
             if not token or not all(" " <= char <= "~" for char in token):
@@ -241,8 +287,51 @@ def _server_target(text: str) -> str:
     return text
 
 
+class _OutputError(Exception):
+    """Standard output is closed or refuses the answer (a full disk): exit status 2."""
+
+
+def _write(stream: Any, text: str) -> None:
+    """`text` and a newline as UTF-8, whatever the locale or PYTHONIOENCODING say: the JSON
+    and paths printed must not depend on them, nor fail on a character ASCII lacks."""
+    data = (text + "\n").encode("utf-8", "backslashreplace")
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text stream put in its place
+        stream.write(text + "\n")
+        stream.flush()
+        return
+    stream.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
 def _print(text: str) -> None:
-    sys.stdout.write(text + "\n")
+    if sys.stdout is None:
+        raise _OutputError("standard output is closed")
+    try:
+        _write(sys.stdout, text)
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: written to a closed file
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise _OutputError(f"standard output: {reason}") from exc
+
+
+def _warn(text: str) -> None:
+    """A line on stderr, when there is one to take it."""
+    if sys.stderr is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        _write(sys.stderr, text)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once it has failed, so that the interpreter's flush at exit
+    does not fail on the same bytes again and print a traceback of its own."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
@@ -256,8 +345,14 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         "env": lambda: render_env(result, request.env),
     }
     _print(renderers[args.format]())
+    left_out = object_options(result) if args.format == "python" else []
+    if left_out:
+        _warn(
+            f"npu-resolve: note: {', '.join(left_out)} left out of the NPURunConfig call: "
+            "config objects to construct in the script (their values are in the comments)"
+        )
     if args.format in ("python", "env") and result.diagnostics:
-        sys.stderr.write(render_diagnostics(result) + "\n")
+        _warn(render_diagnostics(result))
     return EXIT_OK if result.ok else EXIT_ERRORS
 
 
@@ -440,13 +535,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except UsageError as exc:
-        sys.stderr.write(f"npu-resolve: {exc}\n")
+        _warn(f"npu-resolve: {exc}")
+        return EXIT_USAGE
+    except _OutputError as exc:
+        _drop_stdout()
+        _warn(f"npu-resolve: cannot write the answer: {exc}")
         return EXIT_USAGE
     except UnreachableError as exc:
-        sys.stderr.write(f"npu-resolve: server unreachable: {exc}\n")
+        _warn(f"npu-resolve: server unreachable: {exc}")
         return EXIT_UNREACHABLE
     except RefusedError as exc:
-        sys.stderr.write(f"npu-resolve: {exc}\n")
+        _warn(f"npu-resolve: {exc}")
         return exc.exit_status
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say
+        _drop_stdout()
         return EXIT_OK

@@ -12,6 +12,7 @@ from .._describe import describe_option
 from .._model import JSON
 from .._products import product_id
 from .._rules import RULES
+from ._render import shown
 
 if TYPE_CHECKING:
     from .._diff import DiffResult
@@ -29,10 +30,10 @@ def render_products(products: list[dict[str, Any]]) -> str:
     lines = []
     for p in products:
         lines.append(
-            f"{p['id']:<16} {p['name']}  ({p['family']} family; source: {p['source_name']})"
+            shown(f"{p['id']:<16} {p['name']}  ({p['family']} family; source: {p['source_name']})")
         )
         if p["aliases"]:
-            lines.append(f"{'':<16} aliases: {', '.join(p['aliases'])}")
+            lines.append(f"{'':<16} aliases: {shown(', '.join(p['aliases']))}")
     return "\n".join(lines)
 
 
@@ -109,11 +110,13 @@ def _attachment_format(name: str) -> tuple[str, str, str] | None:
 
 
 def render_diff(result: DiffResult, show_all: bool) -> str:
+    """The rows that differ, one column per product; the caller's strings escaped as in the
+    table format."""
     rows = result.rows if show_all else result.differing
-    width = max((len(r.option) for r in rows), default=6)
-    cols = [max(24, len(p)) for p in result.products]
+    width = max((len(shown(r.option)) for r in rows), default=6)
+    cols = [max(24, len(shown(p))) for p in result.products]
     header = f"{'option':<{width}}  " + "  ".join(
-        f"{p:<{w}}" for p, w in zip(result.products, cols, strict=True)
+        f"{shown(p):<{w}}" for p, w in zip(result.products, cols, strict=True)
     )
     lines = [header]
     for row in rows:
@@ -121,16 +124,18 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         for pid, w in zip(result.products, cols, strict=True):
             cell = row.cells.get(pid)
             text = "(absent)" if cell is None else f"{_value(cell.value)} {cell.source.value}"
-            cells.append(f"{text:<{w}}")
-        lines.append(f"{row.option:<{width}}  " + "  ".join(cells))
+            cells.append(f"{shown(text):<{w}}")
+        lines.append(f"{shown(row.option):<{width}}  " + "  ".join(cells))
     if not rows:
         lines.append("(no differences)")
     # Why the rows differ: every error and warning, and the notes about the rows shown.
-    shown = {row.option for row in rows}
+    in_rows = {row.option for row in rows}
     for pid, res in result.results.items():
         for d in res.diagnostics:
-            if d.severity.value == "INFO" and d.option not in shown:
+            if d.severity.value == "INFO" and d.option not in in_rows:
                 continue
             rule = f" [{d.rule}]" if d.rule else ""
-            lines.append(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
+            lines.append(
+                shown(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
+            )
     return "\n".join(lines)

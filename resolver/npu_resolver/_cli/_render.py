@@ -23,17 +23,25 @@ def render_json(result: Resolution) -> str:
     return json.dumps(result.to_json(), indent=2, ensure_ascii=False)
 
 
+def shown(text: str) -> str:
+    """A caller's string as a terminal may show it: characters that are not printable (escape
+    sequences, a newline that would split a row) written as repr writes them, e.g. \\x1b."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def _value_text(value: JSON) -> str:
-    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+    return shown(json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value)
 
 
 def _diagnostic_line(d: Diagnostic, colour: bool) -> str:
     tag = f"{d.severity.value:<7} {d.code.value}"
     if colour:
         tag = f"{_COLOURS[d.severity]}{tag}{_RESET}"
-    rule = f" [{d.rule}]" if d.rule else ""
-    hint = f" (suggestion: {d.suggestion})" if d.suggestion else ""
-    return f"  {tag}{rule} {d.option}: {d.message}{hint}"
+    rule = f" [{shown(d.rule)}]" if d.rule else ""
+    hint = f" (suggestion: {shown(d.suggestion)})" if d.suggestion else ""
+    return f"  {tag}{rule} {shown(d.option)}: {shown(d.message)}{hint}"
 
 
 def render_diagnostics(result: Resolution) -> str:
@@ -45,12 +53,12 @@ def render_diagnostics(result: Resolution) -> str:
 def render_table(result: Resolution, colour: bool = False) -> str:
     """Readable in a terminal: value and source per option, the diagnostics under them."""
     lines = [
-        f"product {result.product or '?'}  catalog {result.catalog_version}"
-        + (f"  policy {result.policy_version}" if result.policy_version else "")
+        f"product {shown(result.product) or '?'}  catalog {shown(result.catalog_version)}"
+        + (f"  policy {shown(result.policy_version)}" if result.policy_version else "")
         + f"  {'ok' if result.ok else 'ERRORS'}"
     ]
     rows = [
-        (name, _value_text(value), result.provenance[name])
+        (shown(name), _value_text(value), result.provenance[name])
         for name, value in result.options.items()
     ]
     width_name = max((len(r[0]) for r in rows), default=6)
@@ -62,10 +70,10 @@ def render_table(result: Resolution, colour: bool = False) -> str:
         if prov.has_requested:
             extra.append(f"requested {_value_text(prov.requested)}")
         if prov.env_var:
-            extra.append(f"from {prov.env_var}")
+            extra.append(f"from {shown(prov.env_var)}")
         if prov.detail:
-            extra.append(prov.detail)
-        extra.append(", ".join(prov.rules))
+            extra.append(shown(prov.detail))
+        extra.append(shown(", ".join(prov.rules)))
         note = "  " + "; ".join(extra)
         if colour:
             note = f"{_DIM}{note}{_RESET}"
@@ -74,7 +82,7 @@ def render_table(result: Resolution, colour: bool = False) -> str:
     if result.paths:
         lines.append("")
         lines.append("paths")
-        lines += [f"  {key:<19} {value}" for key, value in result.paths.items()]
+        lines += [f"  {shown(key):<19} {shown(value)}" for key, value in result.paths.items()]
     if result.diagnostics:
         lines.append("")
         lines.append("diagnostics")
@@ -86,17 +94,30 @@ def _python_literal(value: JSON) -> str:
     return repr(value)
 
 
+def _chosen(result: Resolution) -> list[str]:
+    """The options the python format writes: what was chosen, not what defaults give."""
+    return [
+        name for name in result.options if result.provenance[name].source not in _DEFAULT_SOURCES
+    ]
+
+
+def object_options(result: Resolution) -> list[str]:
+    """The chosen options whose value is an object: NPURunConfig takes an instance the script
+    builds (DumpConfig, ...), so the python format leaves them out of the call."""
+    return [name for name in _chosen(result) if isinstance(result.options[name], dict)]
+
+
 def render_python(result: Resolution) -> str:
-    """An NPURunConfig(...) call ready to paste: what was chosen, not what defaults give."""
+    """An NPURunConfig(...) call ready to paste: what was chosen, not what defaults give. An
+    object-valued option stays a comment holding its value, for the script to construct."""
     lines = ["config = NPURunConfig("]
-    for name, value in result.options.items():
-        prov = result.provenance[name]
-        if prov.source in _DEFAULT_SOURCES:
+    for name in _chosen(result):
+        value, prov = result.options[name], result.provenance[name]
+        if isinstance(value, dict):
+            literal = shown(_python_literal(value))  # repr escapes; one line, whatever it holds
+            lines.append(f"    # {name}={literal},  # a config object: construct it in the script")
             continue
         why = f"  # {prov.source.value}" + (f" ({prov.env_var})" if prov.env_var else "")
-        if isinstance(value, dict):
-            lines.append(f"    # {name}=...,  # a config object: construct it in the script")
-            continue
         lines.append(f"    {name}={_python_literal(value)},{why}")
     lines.append(")")
     if not result.ok:

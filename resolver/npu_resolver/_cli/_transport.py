@@ -85,9 +85,8 @@ class Remote:
 
     def _call(self, method: str, *args: Any) -> Any:
         """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
-        be reached, 1 when it says the request has errors, 2 for any other refusal."""
-        import grpc
-
+        be reached, the report itself when the request has errors (exit 1 once printed), 2 for
+        a refusal without a report, INVALID_ARGUMENT included: exit 1 promises a report."""
         from npu_resolver_client import ResolverClientError, ResolverUnavailable
 
         try:
@@ -97,8 +96,7 @@ class Remote:
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
-            status = 1 if exc.code is grpc.StatusCode.INVALID_ARGUMENT else 2
-            raise RefusedError(f"the server refused the call: {exc}", status) from exc
+            raise RefusedError(f"the server refused the call: {exc}", 2) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         from npu_resolver_client import ResolveError
