@@ -70,8 +70,16 @@ def test_r_exd_2_collect_path_forces_dump_and_path() -> None:
     code, out = resolve_json("--product", "atlas-a2", "--env", "NPU_COLLECT_PATH=/x")
     assert code == 0
     assert out["options"]["enable_exception_dump"] == 1
-    assert "FORCED" in [d["code"] for d in out["diagnostics"]]
+    assert out["provenance"]["enable_exception_dump"]["source"] == "DERIVED"
     assert out["paths"]["exception_dump_dir"] == "/x"
+    # The default 2 was nobody's: no FORCED warning. A dump mode the caller set is another
+    # matter: it is kept in requested, with the warning.
+    assert out["diagnostics"] == []
+    code, out = resolve_json(
+        "--product", "atlas-a2", "--env", "NPU_COLLECT_PATH=/x", "--set", "enable_exception_dump=2"
+    )
+    assert out["provenance"]["enable_exception_dump"]["requested"] == 2
+    assert [d["code"] for d in out["diagnostics"]] == ["FORCED"]
 
 
 def test_json_keys_are_the_contracts() -> None:

@@ -210,7 +210,7 @@ def test_a_lock_of_the_default_profile_holds_in_every_profile() -> None:
     assert debug.provenance["enable_exception_dump"].detail == (
         "locked from [profiles.default.locked]"
     )
-    assert [d.code for d in debug.diagnostics] == ["POLICY_LOCKED", "FORCED", "DEPRECATED"]
+    assert [d.code for d in debug.diagnostics] == ["POLICY_LOCKED", "DEPRECATED"]
     # Defaults stay per profile: debug does not take default's hccl_timeout 3600.
     assert debug.options["hccl_timeout"] == 1836
     assert debug.options["op_debug_level"] == 1

@@ -170,7 +170,10 @@ class State:
         self.refuse(name, Code.CONFLICT, rule, message)
 
     def force(self, name: str, value: JSON, rule: str, detail: str, message: str) -> None:
-        """A rule overrides the value; the value it replaced goes to provenance."""
+        """A rule overrides the value. A value someone set (the caller, the job's environment or
+        the policy) goes to provenance `requested` and gets a FORCED warning; a documented
+        default the rule replaces is not the caller's, so the answer says it only in provenance
+        (DERIVED, with `detail` naming what it was derived from)."""
         slot = self.slots.get(name)
         if slot is None or slot.value == value:
             if slot is not None:
@@ -183,7 +186,8 @@ class State:
             requested=slot.asked_unless(value) if slot.is_set else unset(),
             detail=detail,
         )
-        self.emit(Code.FORCED, name, rule, message)
+        if slot.is_set:
+            self.emit(Code.FORCED, name, rule, message)
 
     def add_rule(self, name: str, rule: str) -> None:
         slot = self.slots.get(name)
