@@ -439,11 +439,13 @@ def test_closed_or_failing_standard_streams_are_one_line_errors() -> None:
     proc = _run_shell("<&-", "resolve", "--product", "atlas-a2", "--config", "-")
     assert proc.returncode == 2
     assert b"standard input: it is closed" in proc.stderr and b"Traceback" not in proc.stderr
-    proc = _run_shell(">&-", "products")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        b"npu-resolve: cannot write the answer: standard output is closed"
-    ]
+    closed: list[tuple[str, ...]] = [("products",), ("resolve", "--product", "atlas-a2")]
+    for args in closed:
+        proc = _run_shell(">&-", *args)
+        assert proc.returncode == 2, args
+        assert proc.stderr.strip().splitlines() == [
+            b"npu-resolve: cannot write the answer: standard output is closed"
+        ]
     if Path("/dev/full").exists():
         for args in (("resolve", "--product", "atlas-a2", "--format", "json"), ("products",)):
             proc = _run_shell("> /dev/full", *args)

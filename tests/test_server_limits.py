@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
-from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DIFF_PRODUCTS
+from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DETAILS_BYTES, MAX_DIFF_PRODUCTS
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 
 RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
@@ -74,6 +74,7 @@ def test_a_report_of_many_errors_reaches_a_default_client(grpc_target: str) -> N
     request.config.update(config)
     code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT, error
+    assert len(dict(error.trailing_metadata())["grpc-status-details-bin"]) <= MAX_DETAILS_BYTES
     status = _details(error)
     assert "validate_only" in error.details()
     bad = error_details_pb2.BadRequest()
@@ -81,6 +82,19 @@ def test_a_report_of_many_errors_reaches_a_default_client(grpc_target: str) -> N
     assert 1 <= len(bad.field_violations) < 60
     assert all(v.reason == "UNKNOWN_OPTION" for v in bad.field_violations)
     assert len(status.details) == 1  # the response is left out; validate_only returns it
+
+
+def test_cut_details_stay_within_the_budget_with_long_non_ascii_names(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """The note on a cut report is part of the details: it counts against the budget too."""
+    config = {"中" * 90 + str(i): i for i in range(40)}
+    request = pb.ResolveRequest(product="atlas-a2")
+    request.config.update(config)
+    code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert len(dict(error.trailing_metadata())["grpc-status-details-bin"]) <= MAX_DETAILS_BYTES
+    assert "validate_only" in error.details()
 
 
 def test_a_report_of_a_few_errors_still_packs_the_response(grpc_target: str) -> None:  # noqa: F811
@@ -143,10 +157,11 @@ def _nested(levels: int) -> dict[str, Any]:
         {"distribute": {"xs": list(range(9_990))}},
         {f"k{i}": {"v": [i]} for i in range(600)},
         {f"k{i}": i for i in range(10_001)},
+        {"a": _nested(30), "b": list(range(10_001))},
     ],
     ids=[
         *(f"depth{levels}" for levels in range(14, 22)),
-        *("wide", "almost", "many_keys", "flat_over_limit"),
+        *("wide", "almost", "many_keys", "flat_over_limit", "deep_and_wide"),
     ],
 )
 def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(

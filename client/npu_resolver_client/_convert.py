@@ -27,7 +27,7 @@ from npu_resolver import (
 )
 from npu_resolver._model import is_text, printable, unique_keys
 from npu_resolver._products import Family
-from npu_resolver._values import config_refusal
+from npu_resolver._values import config_refusal, config_shape
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
@@ -229,7 +229,6 @@ _JSON_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys)
 """NaN, Infinity and -Infinity are read as floats: not JSON, but what Python's json writes for
 them, and the resolver refuses them on their option (INVALID_VALUE) as it does in process.
 A key written twice is refused (ValueError)."""
-_JSON_CONTAINERS: Final = (dict, list)  # a tuple: isinstance is quicker with it than a union
 
 
 def _loads(text: str) -> JSON:
@@ -237,20 +236,6 @@ def _loads(text: str) -> JSON:
     if text.startswith("\ufeff"):
         return json.loads(text, object_pairs_hook=unique_keys)  # refused: json's own message
     return _JSON_DECODER.decode(text)
-
-
-def _check_plain(
-    data: dict[str, JSON] | list[JSON], where: str, depth: int, budget: _Budget
-) -> None:
-    """Depth and key limits over a JSON object or array (scalars cost no call)."""
-    if depth > budget.max_depth:
-        raise LimitError(config_refusal(f"nested deeper than {budget.max_depth} levels"))
-    budget.keys += len(data)
-    if budget.keys > budget.max_keys:
-        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
-    for item in data.values() if isinstance(data, dict) else data:
-        if isinstance(item, _JSON_CONTAINERS):
-            _check_plain(item, where, depth + 1, budget)
 
 
 def _string_map(entries: Mapping[str, str]) -> dict[str, str]:
@@ -276,7 +261,9 @@ def config_from_wire(
         raise LimitError(f"{where}_json is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise LimitError(f"{where}_json must be a JSON object of option name to value")
-    _check_plain(data, f"{where}_json", 1, _Budget(max_depth, max_keys))
+    shape = config_shape(data, max_depth=max_depth, max_items=max_keys)  # the core's own walk
+    if shape is not None:
+        raise LimitError(config_refusal(shape))
     return data
 
 

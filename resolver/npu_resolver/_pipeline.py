@@ -270,11 +270,10 @@ def _env_problems(
         view = state.view[name]
         rule = view.option.env_rule
         gate = _gate(state, view)
-        if gate is not None:  # the option does not act here: nothing "wins" over the variable
-            if name not in explicit:  # (an explicit value meets the gate, whose warning says it)
-                code, option, rule, message = gate
-                lead = f"{var} is set (and not valid either)"
-                state.emit(code, option, rule, via_env(var, lead, message))
+        if gate is not None:  # the option does not act here: nothing "wins" over the variable,
+            code, option, rule, message = gate  # which is named (an explicit value is too)
+            lead = f"{var} is set (and not valid either)"
+            state.emit(code, option, rule, via_env(var, lead, message))
             continue
         if name in layer.locked or name in explicit:
             winner = "the policy's lock" if name in layer.locked else f"the explicit {name}"

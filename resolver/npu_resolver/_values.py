@@ -112,24 +112,30 @@ def config_refusal(shape: str) -> str:
 _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
 
 
-def config_shape(config: dict[str, JSON]) -> str | None:
-    """Why a config is too deep or too wide to be read at all, or None. The server refuses the
-    same configs while reading them off the wire, so both answer alike. Iterative, so any depth
-    is safe to look at; a flat config costs one pass over its values."""
+def config_shape(
+    config: dict[str, JSON],
+    *,
+    max_depth: int = MAX_CONFIG_DEPTH,
+    max_items: int = MAX_CONFIG_ITEMS,
+) -> str | None:
+    """Why a config is too deep or too wide to be read at all, or None. The server judges the
+    configs it reads as JSON with this same walk (with its own limits, the same by default), so
+    both answer alike. Level by level, so any depth is safe to look at; a flat config costs one
+    pass over its values."""
     items = len(config)
-    if items > MAX_CONFIG_ITEMS:
-        return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
+    if items > max_items:
+        return f"more than {max_items} keys and items in all"
     level = [value for value in config.values() if isinstance(value, _CONTAINERS)]
     depth = 2
     while level:
-        if depth > MAX_CONFIG_DEPTH:
-            return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels"
         following: list[JSON] = []
         for item in level:
             items += len(item)
             following.extend(item.values() if isinstance(item, dict) else item)
-        if items > MAX_CONFIG_ITEMS:
-            return f"more than {MAX_CONFIG_ITEMS} keys and items in all"
+        if items > max_items:
+            return f"more than {max_items} keys and items in all"
         level = [child for child in following if isinstance(child, _CONTAINERS)]
         depth += 1
     return None

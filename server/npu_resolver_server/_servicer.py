@@ -162,13 +162,18 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     violations = list(bad_request.field_violations)
     kept = len(violations)
     del status.details[1:]  # the packed response
+
+    def noted(kept: int) -> str:  # the message travels in the details too: counted below
+        return message + (
+            f"; the report is too large for the error details ({kept} of {len(violations)} "
+            "errors listed): send the request with validate_only for all of it"
+        )
+
+    status.message = noted(kept)
     while kept > 1 and status.ByteSize() > MAX_DETAILS_BYTES:
         kept = max(1, kept * 3 // 4)
         status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
-    status.message = message + (
-        f"; the report is too large for the error details ({kept} of {len(violations)} errors "
-        "listed): send the request with validate_only for all of it"
-    )
+        status.message = noted(kept)
     return status.message, status.SerializeToString()
 
 

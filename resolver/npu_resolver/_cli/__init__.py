@@ -337,7 +337,7 @@ def _drop_stdout() -> None:
 def _cmd_resolve(args: argparse.Namespace) -> int:
     request = _request(args, args.product)
     result: Resolution = _transport(args).resolve(request)
-    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    colour = sys.stdout is not None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     renderers = {
         "json": lambda: render_json(result),
         "table": lambda: render_table(result, colour=colour),
