@@ -40,6 +40,7 @@ from ._convert import (
     resolution_from_proto,
     restore_callers_values,
     value_to_py,
+    violation_field,
 )
 from ._errors import (
     Failure,
@@ -203,17 +204,27 @@ def _closed_during_call() -> ResolverCallError:
     )
 
 
+def _failure(closed: bool, error: ResolverClientError) -> ResolverClientError:
+    """A call close() cancelled says so, rather than a bare CANCELLED."""
+    if closed and error.code is grpc.StatusCode.CANCELLED:
+        return _closed_during_call()
+    return error
+
+
 def _check_open(closed: bool) -> None:
     if closed:
         raise _closed_error()
 
 
 def _bearer(token: str | None) -> tuple[tuple[str, str], ...]:
-    """The authorization metadata. A token read from a file keeps its newline, which gRPC
+    """The authorization metadata."""
+    return () if token is None else (("authorization", f"Bearer {checked_token(token)}"),)
+
+
+def checked_token(token: str) -> str:
+    """A bearer token fit for its header. One read from a file keeps its newline, which gRPC
     refuses only at the first call (INTERNAL: Invalid metadata): it is stripped, and a token
-    that cannot travel in a header is refused here, where the mistake is made."""
-    if token is None:
-        return ()
+    that cannot travel in a header is a ValueError here, where the mistake is made."""
     token = token.strip()
     if not token:
         raise ValueError("token is empty (or only whitespace); pass token=None for no token")
@@ -223,7 +234,7 @@ def _bearer(token: str | None) -> tuple[tuple[str, str], ...]:
                 f"token holds {char!r} at position {index}, which an HTTP header value cannot "
                 "carry (only printable ASCII: no control characters, no non-ASCII)"
             )
-    return (("authorization", f"Bearer {token}"),)
+    return token
 
 
 def _report_request(message: pb.ResolveRequest) -> pb.ResolveRequest:
@@ -234,15 +245,18 @@ def _report_request(message: pb.ResolveRequest) -> pb.ResolveRequest:
     return again
 
 
-def _must_ask_report(error: ResolveError, message: pb.ResolveRequest) -> bool:
-    """Whether the status details left the report out (too large for them) and asking again
-    with validate_only can fetch it."""
-    return error.resolution is None and not message.validate_only
-
-
-def _remaining(deadline: float | None, started: float) -> float | None:
-    """What is left of a call's deadline: the second ask for a report spends the same budget."""
-    return None if deadline is None else deadline - (time.monotonic() - started)
+def _report_ask(
+    error: ResolveError, message: pb.ResolveRequest, deadline: float | None, started: float
+) -> tuple[pb.ResolveRequest, float | None] | None:
+    """The request and time left to ask again, with validate_only, for the report the status
+    details of `error` left out (too large for them); None when it is not missing, asking
+    cannot fetch it, or the call's deadline, which the second ask shares, is spent."""
+    if error.resolution is not None or message.validate_only:
+        return None
+    remaining = None if deadline is None else deadline - (time.monotonic() - started)
+    if remaining is not None and remaining <= 0:
+        return None
+    return _report_request(message), remaining
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
@@ -299,13 +313,6 @@ def _batch_results(
     return out
 
 
-def _violation_field(option: str) -> str:
-    """The BadRequest field the server names for an error on `option`."""
-    if option in ("product", "profile", "config") or option.startswith("env."):
-        return option
-    return f"config.{option}"
-
-
 def _resolve_error(
     error: ResolveError, request: ResolveRequest, report: pb.ResolveResponse | None = None
 ) -> ResolveError:
@@ -319,7 +326,7 @@ def _resolve_error(
             resolution = fetched
         if len(violations) < len(fetched.errors):  # a list the server shortened to fit
             violations = tuple(
-                FieldViolation(_violation_field(d.option), d.code.value, d.message)
+                FieldViolation(violation_field(d.option), d.code.value, d.message)
                 for d in fetched.errors
             )
     restored = ResolveError(error.details, _restored(resolution, request), violations)
@@ -468,12 +475,6 @@ class ResolverClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _failure(self, error: ResolverClientError) -> ResolverClientError:
-        """A call close() cancelled says so, rather than a bare CANCELLED."""
-        if self._closed and error.code is grpc.StatusCode.CANCELLED:
-            return _closed_during_call()
-        return error
-
     def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
         _check_open(self._closed)
         rpc = getattr(self._stub, method)
@@ -488,7 +489,7 @@ class ResolverClient:
             self.last_server_pid = _pid(
                 error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             )
-            raise self._failure(from_rpc_error(error)) from None
+            raise _failure(self._closed, from_rpc_error(error)) from None
         except ValueError:
             # close() from another thread between the check above and the call: grpc raises
             # ValueError ("Cannot invoke RPC on closed channel!", "... Channel closed!").
@@ -540,13 +541,11 @@ class ResolverClient:
     ) -> pb.ResolveResponse | None:
         """The report the status details of `error` left out, or None (the original error
         stands) when it is not missing or cannot be had."""
-        if not _must_ask_report(error, message):
-            return None
-        remaining = _remaining(self._settings.deadline(timeout), started)
-        if remaining is not None and remaining <= 0:
+        ask = _report_ask(error, message, self._settings.deadline(timeout), started)
+        if ask is None:
             return None
         try:
-            report: pb.ResolveResponse = self._call("Resolve", _report_request(message), remaining)
+            report: pb.ResolveResponse = self._call("Resolve", *ask)
         except ResolverClientError:
             return None
         return report
@@ -676,12 +675,6 @@ class AsyncResolverClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _failure(self, error: ResolverClientError) -> ResolverClientError:
-        """A call close() cancelled says so, rather than a bare CANCELLED."""
-        if self._closed and error.code is grpc.StatusCode.CANCELLED:
-            return _closed_during_call()
-        return error
-
     async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
         rpc = getattr(self._open()[1], method)
         call = rpc(
@@ -703,7 +696,7 @@ class AsyncResolverClient:
         except grpc.RpcError as error:
             trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             self.last_server_pid = _pid(trailing)
-            raise self._failure(from_rpc_error(error, trailing)) from None
+            raise _failure(self._closed, from_rpc_error(error, trailing)) from None
         self.last_server_pid = _pid(trailing)
         return response
 
@@ -749,15 +742,11 @@ class AsyncResolverClient:
     ) -> pb.ResolveResponse | None:
         """The report the status details of `error` left out, or None (the original error
         stands) when it is not missing or cannot be had."""
-        if not _must_ask_report(error, message):
-            return None
-        remaining = _remaining(self._settings.deadline(timeout), started)
-        if remaining is not None and remaining <= 0:
+        ask = _report_ask(error, message, self._settings.deadline(timeout), started)
+        if ask is None:
             return None
         try:
-            report: pb.ResolveResponse = await self._call(
-                "Resolve", _report_request(message), remaining
-            )
+            report: pb.ResolveResponse = await self._call("Resolve", *ask)
         except ResolverClientError:
             return None
         return report

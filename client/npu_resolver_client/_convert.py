@@ -183,6 +183,14 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     return text
 
 
+def violation_field(option: str) -> str:
+    """The google.rpc.BadRequest field that names a diagnostic's `option`: the server writes it,
+    and the client rebuilds it for a report it had to ask for again."""
+    if option in ("product", "profile", "config") or option.startswith("env."):
+        return option
+    return f"config.{option}"
+
+
 class NotTextError(ValueError):
     """A string the request sends outside its config holds a lone UTF-16 surrogate: it is not
     Unicode text, so protobuf cannot carry it. (Inside the config it travels escaped, and the

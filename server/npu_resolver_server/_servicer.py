@@ -30,6 +30,7 @@ from npu_resolver_client._convert import (
     py_to_value,
     request_from_proto,
     resolution_to_proto,
+    violation_field,
 )
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 
@@ -102,13 +103,6 @@ def _status(
         item.Pack(detail)
         packed.append(item)
     return status_pb2.Status(code=code.value[0], message=text, details=packed)
-
-
-def violation_field(option: str) -> str:
-    """The BadRequest field for a diagnostic's `option`."""
-    if option in ("product", "profile", "config") or option.startswith("env."):
-        return option
-    return f"config.{option}"
 
 
 MAX_BATCH_ITEMS: Final = 1000

@@ -254,13 +254,12 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
             continue
         data = _read_limited(path, "--" + flag.replace("_", "-"))
         if param == "token":
-            token = data.decode("utf-8", "replace").strip()
-            if not token or not all(" " <= char <= "~" for char in token):
-                raise UsageError(
-                    f"--token-file {path}: the token must be one line of printable ASCII "
-                    "(it travels in an HTTP header)"
-                )
-            found[param] = token
+            from npu_resolver_client._client import checked_token  # the client's own rule
+
+            try:
+                found[param] = checked_token(data.decode("utf-8", "replace"))
+            except ValueError as exc:
+                raise UsageError(f"--token-file {path}: {exc}") from None
         else:
             found[param] = data
     if ("certificate_chain" in found) != ("private_key" in found):
