@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 CALL_LOGGER = "npu_resolver_server.calls"
 _CALLS = logging.getLogger(CALL_LOGGER)
@@ -66,18 +66,38 @@ class _Sink:
         return handler
 
 
-def _call_line(fields: dict[str, Any]) -> str:
-    """A call's line as JsonFormatter writes it, put together without the general encoder."""
-    quote = _quote
-    codes = ", ".join([quote(code) for code in fields["codes"]])
-    return (
-        f'{{"ts": {round(time.time(), 3)!r}, "level": "INFO", "logger": "{CALL_LOGGER}", '
-        f'"msg": "rpc", "pid": {fields["worker_pid"]}, "event": "rpc", '
-        f'"method": {quote(fields["method"])}, "code": {quote(fields["code"])}, '
-        f'"product": {quote(fields["product"])}, "ok": {_JSON_CONSTANTS[fields["ok"]]}, '
-        f'"codes": [{codes}], "latency_ms": {fields["latency_ms"]!r}, '
-        f'"worker_pid": {fields["worker_pid"]}}}'
-    )
+_MIDDLES: dict[tuple[object, ...], str] = {}
+_MAX_MIDDLES: Final = 1024
+
+
+def _call_line(
+    method: str,
+    *,
+    code: str,
+    product: str,
+    ok: bool | None,
+    codes: tuple[str, ...] | list[str],
+    latency_ms: float,
+    pid: int,
+) -> str:
+    """A call's line as JsonFormatter writes it, put together without the general encoder.
+
+    Between the time stamp and the latency, a server's lines repeat a few texts (the same
+    methods, products and sets of codes): each is built once. The time stamp is written with
+    three decimals rather than as repr(round(t, 3)): the same milliseconds, for less."""
+    key = (pid, method, code, product, ok, tuple(codes))
+    middle = _MIDDLES.get(key)
+    if middle is None:
+        quote = _quote
+        codes_text = ", ".join([quote(c) for c in codes])
+        middle = (
+            f'"level": "INFO", "logger": "{CALL_LOGGER}", "msg": "rpc", "pid": {pid}, '
+            f'"event": "rpc", "method": {quote(method)}, "code": {quote(code)}, '
+            f'"product": {quote(product)}, "ok": {_JSON_CONSTANTS[ok]}, "codes": [{codes_text}], '
+        )
+        if len(_MIDDLES) < _MAX_MIDDLES and len(product) <= 256:
+            _MIDDLES[key] = middle
+    return f'{{"ts": {time.time():.3f}, {middle}"latency_ms": {latency_ms!r}, "worker_pid": {pid}}}'
 
 
 def _write(handler: logging.StreamHandler[Any], text: str) -> bool:
@@ -116,6 +136,15 @@ def log_call(
     logger = _CALLS
     if not logger.isEnabledFor(logging.INFO):
         return
+    latency_ms = round(latency_s * 1000, 3)
+    pid = os.getpid()
+    handler = None if extra else _Sink.direct()
+    if handler is not None:
+        line = _call_line(
+            method, code=code, product=product, ok=ok, codes=codes, latency_ms=latency_ms, pid=pid
+        )
+        if _write(handler, line + handler.terminator):
+            return
     fields: dict[str, Any] = {
         "event": "rpc",
         "method": method,
@@ -123,12 +152,9 @@ def log_call(
         "product": product,
         "ok": ok,
         "codes": list(codes),
-        "latency_ms": round(latency_s * 1000, 3),
-        "worker_pid": os.getpid(),
+        "latency_ms": latency_ms,
+        "worker_pid": pid,
     }
-    handler = None if extra else _Sink.direct()
-    if handler is not None and _write(handler, _call_line(fields) + handler.terminator):
-        return
     fields.update(extra)
     # The caller is known: makeRecord skips the stack walk of logger.info.
     record = logger.makeRecord(

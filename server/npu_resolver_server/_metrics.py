@@ -88,6 +88,8 @@ class Metrics:
         self._failures_seen = 0
         self._counts_reload_failures = counts_reload_failures
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._calls: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._code_sets: dict[tuple[str, tuple[str, ...]], tuple[Any, ...]] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once: `labels()` costs more than an increment."""
@@ -99,11 +101,25 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _call_children(self, method: str, code: str) -> tuple[Any, Any]:
+        """The request counter and latency children of one method and status, as one look-up."""
+        key = (method, code)
+        pair = self._calls.get(key)
+        if pair is None:
+            if len(self._calls) >= MAX_CACHED_CHILDREN:
+                self._calls.clear()
+            pair = self._calls[key] = (
+                self._child(self.requests, method, code),
+                self._child(self.latency, method),
+            )
+        return pair
+
     def observe(
         self, method: str, code: str, seconds: float, product: str, codes: Iterable[str]
     ) -> None:
-        self._child(self.requests, method, code).inc()
-        self._child(self.latency, method).observe(seconds)
+        counter, latency = self._call_children(method, code)
+        counter.inc()
+        latency.observe(seconds)
         self.diagnostics_seen(product, codes)
 
     def refused(self, method: str, code: str) -> None:
@@ -111,9 +127,20 @@ class Metrics:
         self._child(self.requests, method, code).inc()
 
     def diagnostics_seen(self, product: str, codes: Iterable[str]) -> None:
-        """One answer's diagnostics (a batch item's, a diff column's), one count each."""
-        for diagnostic in codes:
-            self._child(self.diagnostics, diagnostic, product or "unknown").inc()
+        """One answer's diagnostics (a batch item's, a diff column's), one count each. The
+        answers of a server repeat a few sets of codes: each set's children are found once."""
+        if not codes:
+            return
+        key = (product, codes if isinstance(codes, tuple) else tuple(codes))
+        children = self._code_sets.get(key)
+        if children is None:
+            if len(self._code_sets) >= MAX_CACHED_CHILDREN:
+                self._code_sets.clear()
+            children = self._code_sets[key] = tuple(
+                self._child(self.diagnostics, code, product or "unknown") for code in key[1]
+            )
+        for child in children:
+            child.inc()
 
     def cache_lookup(self, hit: bool) -> None:
         self._child(self.cache, "hit" if hit else "miss").inc()
