@@ -261,3 +261,43 @@ def test_call_lines_are_the_formatters_text(
     stamp = re.compile(r'^\{"ts": [0-9.]+, ')
     assert stamp.sub("", direct) == stamp.sub("", formatted)
     assert json.loads(direct)["product"] == product
+
+
+def test_recurring_diagnostic_code_sets_are_each_counted_per_answer() -> None:
+    """The children of a set of codes are found once and reused: every answer still counts."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.diagnostics_seen("atlas-a2", ("FORCED", "ADVICE", "FORCED"))
+    metrics.diagnostics_seen("atlas-a2", ["FORCED", "ADVICE", "FORCED"])
+    metrics.diagnostics_seen("atlas-a3", iter(("FORCED",)))
+    metrics.diagnostics_seen("", ("ADVICE",))
+    metrics.observe("Resolve", "OK", 0.001, "atlas-a2", ("ADVICE",))
+    metrics.observe("Resolve", "OK", 0.002, "atlas-a2", ())
+    metrics.observe("Resolve", "INVALID_ARGUMENT", 0.003, "atlas-a2", ())
+    value = registry.get_sample_value
+    assert value("npu_resolver_diagnostics_total", {"code": "FORCED", "product": "atlas-a2"}) == 4
+    assert value("npu_resolver_diagnostics_total", {"code": "ADVICE", "product": "atlas-a2"}) == 3
+    assert value("npu_resolver_diagnostics_total", {"code": "FORCED", "product": "atlas-a3"}) == 1
+    assert value("npu_resolver_diagnostics_total", {"code": "ADVICE", "product": "unknown"}) == 1
+    assert value("npu_resolver_requests_total", {"method": "Resolve", "code": "OK"}) == 2
+    assert (
+        value("npu_resolver_requests_total", {"method": "Resolve", "code": "INVALID_ARGUMENT"}) == 1
+    )
+    assert value("npu_resolver_request_latency_seconds_count", {"method": "Resolve"}) == 3
+
+
+def test_recurring_call_lines_keep_each_calls_own_fields() -> None:
+    """Lines share their recurring middle text, never another call's product, status or codes."""
+    calls = [
+        ("atlas-a2", True, ("FROM_ENV",)),
+        ("atlas-a3", True, ("FROM_ENV",)),
+        ("atlas-a2", False, ("FROM_ENV",)),
+        ("atlas-a2", True, ()),
+        ("atlas-a2", True, ("FROM_ENV",)),
+    ]
+    lines = [_call_lines(product, ok, codes)[0] for product, ok, codes in calls]
+    for line, (product, ok, codes) in zip(lines, calls, strict=True):
+        record = json.loads(line)
+        assert (record["product"], record["ok"], record["codes"]) == (product, ok, list(codes))
+        assert record["latency_ms"] == 1.234
+        assert record["pid"] == record["worker_pid"]
