@@ -142,14 +142,14 @@ def test_cli_refuses_env_bytes_that_are_not_utf8() -> None:
 
 def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
     """Memo tables hold at most 4,096 entries; megabyte strings in them would pin gigabytes."""
-    from npu_resolver import _paths, _pipeline
+    from npu_resolver import _fingerprint, _paths, _pipeline
 
     def request(text: str, timeout: str) -> ResolveRequest:
         config = {"debug_dir": text, "hccl_timeout": timeout}
         return ResolveRequest("atlas-a2", config, env={"ASCEND_WORK_PATH": text}, workdir=text)
 
     resolve(request("/job", "600 "))  # the same shape with short strings: its entries are kept
-    tables = (_paths._MEMO, _pipeline._FRAGMENTS, _pipeline._PROVENANCE)
+    tables = (_paths._MEMO, _fingerprint._FRAGMENTS, _pipeline._PROVENANCE)
     before = [len(table) for table in tables]
     for i in range(20):
         long = f"/job/{i}/" + "d" * 100_000

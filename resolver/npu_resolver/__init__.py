@@ -6,6 +6,7 @@ The public surface is what this module exports; everything in underscored module
 from typing import TYPE_CHECKING
 
 from ._catalog import CATALOG, Catalog, CatalogError
+from ._fingerprint import fingerprint
 from ._model import (
     CATALOG_VERSION,
     MAX_EXACT_INT,
@@ -17,7 +18,7 @@ from ._model import (
     Severity,
     Source,
 )
-from ._pipeline import fingerprint, resolve, unresolved
+from ._pipeline import resolve, unresolved
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
 from ._values import MAX_OBJECT_DEPTH

@@ -1,0 +1,51 @@
+"""The fingerprint: a stable hash of product + options, built from memoized pieces."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Final
+
+from ._model import JSON, MAX_MEMO_TEXT
+
+_FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
+_MAX_FRAGMENTS: Final = 4096
+
+
+def fragment(name: str, value: JSON) -> str:
+    """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        return f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
+    key = (name, kind, value)
+    text = _FRAGMENTS.get(key)
+    if text is None:
+        text = f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
+        if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
+            _FRAGMENTS[key] = text
+    return text
+
+
+def _canonical(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@lru_cache(maxsize=64)
+def _product_tail(product: str) -> str:
+    """The text after the options: the same few products on every request."""
+    return f'}},"product":{_canonical(product)}}}'
+
+
+def digest(product: str, fragments: list[str]) -> str:
+    canonical = f'{{"options":{{{",".join(fragments)}{_product_tail(product)}'
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
+    """A stable hash of product + options: equal configs, equal fingerprints.
+
+    The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys).
+    """
+    return digest(product, [fragment(name, options[name]) for name in sorted(options)])

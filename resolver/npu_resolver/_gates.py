@@ -1,0 +1,113 @@
+"""Step 6, the gates: what the product, mode or version lacks is dropped, an unsupported value
+refused; and the words that say why, shared with the policy values that meet a gate."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._catalog import OptionView
+from ._model import Code, Source
+from ._schema import Mode, ValueGate
+from ._state import State
+from ._values import show
+
+
+def option_gate(state: State, view: OptionView) -> tuple[Code, str, str, str] | None:
+    """Why the product, mode or version drops this option: (code, option, rule, message)."""
+    option = view.option
+    name = option.name
+    if option.unsupported_version:
+        return (
+            Code.DROPPED_UNSUPPORTED_VERSION,
+            name,
+            option.unsupported_rule,
+            f"{name} is not supported in this version (source 900) and has no effect; remove it.",
+        )
+    if not view.product_ok:
+        return (
+            Code.DROPPED_UNSUPPORTED_PRODUCT,
+            name,
+            option.products_rule,
+            f"{name} does not exist on {state.pid} "
+            f"(only {', '.join(sorted(option.products or ()))}); remove it for this product.",
+        )
+    if not view.mode_ok:
+        mode = (
+            "online inference (graph_run_mode 0)"
+            if option.mode is Mode.INFERENCE
+            else "training (graph_run_mode 1)"
+        )
+        return (
+            Code.DROPPED_UNSUPPORTED_MODE,
+            name,
+            option.mode_rule,
+            f"{name} only acts in {mode}; remove it for this mode.",
+        )
+    return None
+
+
+def apply_gates(state: State) -> None:
+    """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
+    for name in state.touched:
+        view = state.view[name]
+        if view.plain_gate or name not in state.slots:
+            continue  # acts here and every value is supported: nothing to check
+        gate = option_gate(state, view)
+        if gate is not None:
+            code, _, rule, message = gate
+            state.drop(name, code, rule, message)
+        elif view.blocked_values:
+            _value_gate(state, name, view)
+
+
+GATE_CODES: Final = {
+    "version": Code.DROPPED_UNSUPPORTED_VERSION,
+    "mode": Code.DROPPED_UNSUPPORTED_MODE,
+    "product": Code.DROPPED_UNSUPPORTED_PRODUCT,
+}
+
+
+def gate_kind(state: State, gate: ValueGate) -> str:
+    if gate.unsupported_version:
+        return "version"
+    return "mode" if gate.mode is not None and gate.mode is not state.mode else "product"
+
+
+def why_refused(state: State, gate: ValueGate) -> str:
+    """Why a value is refused here, as the end of a sentence about it."""
+    kind = gate_kind(state, gate)
+    if kind == "version":
+        if gate.products is not None and state.pid not in gate.products:
+            only = ", ".join(sorted(gate.products))
+            return f"is not supported in this version (source 900), and only on {only} at all"
+        return "is not supported in this version (source 900)"
+    if kind == "mode":
+        return f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
+    return f"is not supported on {state.pid}"
+
+
+def _value_gate(state: State, name: str, view: OptionView) -> None:
+    slot = state.slots[name]
+    gate = view.blocked(slot.value)
+    if gate is None:
+        return
+    if not slot.is_set:
+        del state.slots[name]
+        return
+    why = why_refused(state, gate)
+    if slot.source is Source.ENV:
+        state.slots.pop(name, None)
+        state.emit(
+            Code.UNSUPPORTED_VALUE,
+            f"env.{slot.env_var}",
+            gate.rule,
+            f"environment variable {slot.env_var}={show(slot.value)} sets {name} to a value "
+            f"that {why}; unset it or choose another value.",
+        )
+        return
+    state.refuse(
+        name,
+        Code.UNSUPPORTED_VALUE,
+        gate.rule,
+        f"{name} {show(slot.value)} {why}; choose another value.",
+    )

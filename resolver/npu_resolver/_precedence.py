@@ -1,0 +1,217 @@
+"""Steps 4 and 5: the mode, then each option's value from the ordered chain of sources: a
+policy lock, the explicit option, the job's environment variable, the policy default, the
+documented default."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from ._catalog import OptionView
+from ._gates import GATE_CODES, gate_kind, why_refused
+from ._model import JSON, Code, Source, unset
+from ._schema import Mode, Option
+from ._state import PolicyEntry, PolicyLayer, Slot, State
+from ._values import Parsed, Problem, parse, show
+
+_UNSET: Final = unset()
+
+
+def emit_problem(state: State, option: str, problem: Problem) -> None:
+    state.emit(problem.code, option, problem.rule, problem.message, problem.suggestion)
+
+
+def effective_mode(
+    state: State, explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer
+) -> Mode:
+    """Step 4: lock, else explicit, else policy default, else 1 (training). A policy value is
+    read as the option reads it ("0" is 0), so the mode and the option never disagree."""
+    for entry in (
+        layer.locked.get("graph_run_mode"),
+        explicit.get("graph_run_mode"),
+        layer.defaults.get("graph_run_mode"),
+    ):
+        if entry is None:
+            continue
+        if isinstance(entry, PolicyEntry):
+            parsed = parse(state.view["graph_run_mode"], entry.value, product=state.pid)
+            value = parsed.value if isinstance(parsed, Parsed) else None
+        else:
+            value = entry[0]
+        if value in (0, 1) and type(value) is int:
+            return Mode.from_graph_run_mode(value)
+    return Mode.TRAINING
+
+
+def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | None:
+    parsed = parse(view, entry.value, product=state.pid)
+    if isinstance(parsed, Problem):
+        emit_problem(state, view.option.name, parsed)
+        return None
+    return parsed.value if isinstance(parsed, Parsed) else None
+
+
+def _same(a: JSON, b: JSON) -> bool:
+    """Equal as JSON: 1 and true, or 600 and 600.0, are different requests."""
+    return type(a) is type(b) and a == b
+
+
+def _rules(*rules: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(rules))
+
+
+def _alias_rule(option: Option, raw: JSON) -> tuple[str, ...]:
+    """The rule that reads an old name (R-PM-2: force_fp32), when the caller wrote one."""
+    return (option.aliases_rule,) if isinstance(raw, str) and raw in option.aliases else ()
+
+
+def _slot(
+    state: State,
+    view: OptionView,
+    given: tuple[JSON, JSON] | None,
+    from_env: JSON,
+    layer: PolicyLayer,
+) -> Slot | None:
+    """Step 5 for one option: lock > explicit > env > policy default > documented default."""
+    option = view.option
+    name = option.name
+    lock = layer.locked.get(name)
+    env_rules = (option.env_rule,) if option.env else ()
+    if lock is not None and not view.acts and (given is not None or from_env is not None):
+        # A lock that cannot act here replaces nothing: the caller's own value meets the
+        # gate and its warning (an error under strict), as it would with no policy.
+        lock = None
+    if lock is not None:
+        value = _policy_value(state, view, lock)
+        if value is None:
+            return None
+        gate = view.blocked(value)
+        if gate is not None:
+            state.emit(
+                Code.UNSUPPORTED_VALUE,
+                name,
+                gate.rule,
+                f"the policy locks {name} to {show(value)} ({lock.detail}), a value that "
+                f"{why_refused(state, gate)}; ask the platform team to change the lock.",
+            )
+            return None
+        asked = given[0] if given is not None else from_env
+        requested: JSON = unset()
+        if given is not None and not _same(given[1], given[0]):
+            requested = given[1]  # the form the caller wrote, as on every other path
+        if asked is not None and asked != value:
+            if requested is _UNSET:  # the caller's own words: the value, or the variable's text
+                requested = given[0] if given is not None else state.env.get(option.env)
+            via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
+            state.emit(
+                Code.POLICY_LOCKED,
+                name,
+                option.rule,
+                f"{via} is replaced by the policy's locked value {show(value)} "
+                f"({lock.detail}); ask the platform team to change the lock.",
+            )
+        return Slot(
+            value,
+            Source.POLICY_LOCKED,
+            (option.rule,),
+            requested=requested,
+            detail=lock.detail,
+            all_products=lock.all_products,
+        )
+    if name in state.refused:
+        return None
+    # Notes on where a value came from only matter where the option acts; elsewhere the gate's
+    # warning (step 6) is all there is to say.
+    if given is not None:
+        if from_env is not None and view.acts:
+            state.emit(
+                Code.ENV_OVERRIDDEN,
+                name,
+                option.env_rule,
+                f"{option.env} is set but the explicit {name} {show(given[0])} wins; "
+                "remove one of them to avoid confusion.",
+            )
+        return Slot(
+            given[0],
+            Source.USER,
+            _rules(
+                option.rule,
+                *_alias_rule(option, given[1]),
+                *(env_rules if from_env is not None else ()),
+            ),
+            requested=unset() if _same(given[1], given[0]) else given[1],
+        )
+    if from_env is not None:
+        if view.acts:
+            state.emit(
+                Code.FROM_ENV,
+                name,
+                option.env_rule,
+                f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
+            )
+        return Slot(from_env, Source.ENV, _rules(option.rule, *env_rules), env_var=option.env)
+    entry = layer.defaults.get(name)
+    if entry is not None:
+        value = _policy_value(state, view, entry)
+        gate = view.blocked(value) if value is not None else None
+        if gate is not None:
+            # A policy default that cannot act here leaves the documented default in place,
+            # as a policy option the product or mode lacks does (quietly when it was written
+            # for every product).
+            if not entry.all_products:
+                state.emit(
+                    GATE_CODES[gate_kind(state, gate)],
+                    name,
+                    gate.rule,
+                    f"the policy's default {name} {show(value)} ({entry.detail}) "
+                    f"{why_refused(state, gate)}, so the documented default applies here.",
+                )
+            return None
+        if value is not None:
+            return Slot(
+                value,
+                Source.POLICY,
+                (option.rule,),
+                detail=entry.detail,
+                all_products=entry.all_products,
+            )
+    return None
+
+
+def apply_precedence(
+    state: State,
+    explicit: Mapping[str, tuple[JSON, JSON]],
+    env_values: Mapping[str, JSON],
+    layer: PolicyLayer,
+    order: Mapping[str, int],
+) -> None:
+    """Step 5: only options someone set are looked at; the rest keep the shared defaults.
+    `order`: each option's place in the catalog, the order the touched options are visited."""
+    touched = {*explicit, *env_values, *layer.locked, *layer.defaults, *state.refused}
+    state.touched = sorted(touched, key=order.__getitem__)
+    views, slots, undocumented = state.view, state.slots, state.undocumented
+    others = env_values.keys() | layer.locked.keys() | layer.defaults.keys()
+    new_slot, user = tuple.__new__, Source.USER
+    for name in state.touched:
+        given = explicit.get(name)
+        if given is not None and name not in others:
+            # The common case: a caller's value and nothing else about this option. Built
+            # with tuple.__new__, the same Slot without the named-tuple constructor's frame.
+            value, raw = given
+            view = views[name]
+            fields: tuple[object, ...]
+            if value is raw or _same(value, raw):
+                fields = (value, user, view.user_rules, _UNSET, "", "", False, view.user_provenance)
+            else:
+                rules = _rules(*view.user_rules, *_alias_rule(view.option, raw))
+                fields = (value, user, rules, raw, "", "", False, None)
+            slots[name] = new_slot(Slot, fields)
+            if undocumented:
+                undocumented.pop(name, None)
+            continue
+        slot = _slot(state, views[name], given, env_values.get(name), layer)
+        if slot is not None:
+            state.slots[name] = slot
+            state.undocumented.pop(name, None)
+        elif name in state.refused or name in layer.locked:
+            state.slots.pop(name, None)
