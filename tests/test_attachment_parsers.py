@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npu_resolver import ResolveRequest, resolve
+from npu_resolver import CATALOG, ResolveRequest, resolve
+from npu_resolver._content import CONTENT_RULES, FORMAT_RULES
 from npu_resolver.attachments import (
     FORMATS,
     MAX_ATTACHMENT_BYTES,
@@ -163,6 +164,10 @@ def only_error(result: ParsedAttachment) -> ParseIssue:
 
 def test_formats_cover_the_six_options() -> None:
     assert set(FORMATS) == set(PARSERS)
+    # One set of options names a file, whichever table asks: the catalog's flag (what
+    # `explain` and DescribeCatalog say), the content and format rules, and the file formats.
+    flagged = {option.name for option in CATALOG.options if option.attachment}
+    assert flagged == set(CONTENT_RULES) == set(FORMAT_RULES) == set(FORMATS)
     for option, fmt in FORMATS.items():
         assert fmt.option == option
         assert fmt.parse is PARSERS[option][0]

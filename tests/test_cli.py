@@ -571,3 +571,32 @@ def test_readme_json_example_is_the_output_of_the_command_above_it() -> None:
             assert {name: actual[key][name] for name in value} == value
         else:
             assert actual[key] == value, key
+
+
+@pytest.mark.parametrize(("text", "value"), [("True", True), ("FALSE", False), ("true", True)])
+def test_set_reads_bool_texts_as_the_core_does(text: str, value: bool) -> None:
+    code, report = resolve_json("--product", "atlas-a2", "--set", f"external_weight={text}")
+    assert code == 0
+    assert report["options"]["external_weight"] is value
+    assert report["diagnostics"] == []
+
+
+def test_set_refuses_a_bool_text_the_core_refuses_as_in_a_config(tmp_path: Path) -> None:
+    """`--set` parses per the option's type and no further: what a config may not say, the
+    command line may not either (R-EXW-1's bool, INVALID_VALUE)."""
+    by_set = resolve_json("--product", "atlas-a2", "--set", "external_weight=tRuE")
+    config = _config_file(tmp_path, {"external_weight": "tRuE"})
+    by_config = resolve_json("--product", "atlas-a2", "--config", config)
+    assert by_set == by_config
+    code, report = by_set
+    assert code == 1
+    assert [(d["code"], d["option"]) for d in report["diagnostics"]] == [
+        ("INVALID_VALUE", "external_weight")
+    ]
+
+
+def test_diff_of_one_product_is_a_usage_error_naming_the_rule() -> None:
+    proc = run("diff", "--product", "atlas-a2")
+    assert proc.returncode == 2
+    assert "a diff needs 2 or more products" in proc.stderr
+    assert proc.stdout == ""

@@ -257,11 +257,24 @@ def test_diff(client: ResolverClient) -> None:
     assert "hccl_timeout" in [row.option for row in remote.differing]
 
 
-def test_diff_refuses_fewer_than_two_products(client: ResolverClient) -> None:
+@pytest.mark.parametrize("products", [["atlas-a2"], []])
+def test_diff_refuses_fewer_than_two_products(client: ResolverClient, products: list[str]) -> None:
+    """One rule, the core's, in process and through a server alike."""
+    with pytest.raises(npu_resolver.DiffError, match="2 or more products"):
+        npu_resolver.diff(ResolveRequest(product=""), products)
     with pytest.raises(ResolveError) as info:
-        client.diff(ResolveRequest(product=""), ["atlas-a2"])
+        client.diff(ResolveRequest(product=""), products)
+    assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.resolution is None
     assert info.value.violations[0].field == "products"
+    assert info.value.violations[0].reason == "TOO_FEW_PRODUCTS"
+
+
+def test_diff_of_two_names_of_one_product_is_one_column(client: ResolverClient) -> None:
+    request_ = ResolveRequest(product="", config={"hccl_timeout": 1000})
+    local = npu_resolver.diff(request_, ["atlas-a2", "Ascend910B3"])
+    assert local.products == ("atlas-a2",)
+    assert client.diff(request_, ["atlas-a2", "Ascend910B3"]).to_json() == local.to_json()
 
 
 def test_diff_with_an_unknown_product_is_the_in_process_answer(client: ResolverClient) -> None:
@@ -340,7 +353,7 @@ def test_invalid_utf8_is_invalid_argument(grpc_target: str) -> None:  # noqa: F8
 
 
 def test_nesting_and_width_limits(grpc_target: str) -> None:  # noqa: F811
-    from npu_resolver_server._servicer import _field
+    from npu_resolver_server._encode import field as _field
 
     # 1,000 nested lists, written by hand: protobuf itself refuses to build such a message.
     value = _field(3, b"x")  # Value.string_value

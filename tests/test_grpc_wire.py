@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
 import npu_resolver
 from npu_resolver import ResolveRequest, parse_policy, resolve
@@ -18,7 +19,6 @@ from npu_resolver_client._convert import (
     catalog_from_proto,
     catalog_to_proto,
     checked_struct_to_py,
-    message_to_cli_json,
     request_from_proto,
     request_to_proto,
     resolution_from_proto,
@@ -27,6 +27,30 @@ from npu_resolver_client._convert import (
 )
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 from tests.conftest import golden_cases
+
+
+def message_to_cli_json(message: Any) -> dict[str, Any]:
+    """The proto3 JSON mapping (proto field names) of a response, enums by their bare names.
+
+    For a ResolveResponse this equals `Resolution.to_json()` (numbers aside: JSON has one
+    number type, and the mapping writes integral values as floats).
+    """
+    data = json_format.MessageToDict(
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _strip_response(data) if isinstance(message, pb.ResolveResponse) else data
+
+
+def _strip_response(data: dict[str, Any]) -> dict[str, Any]:
+    # Only enum fields are touched: option values that happen to start with SOURCE_ stay.
+    for entry in data.get("provenance", {}).values():
+        entry["source"] = entry["source"].removeprefix("SOURCE_")
+    for entry in data.get("diagnostics", []):
+        entry["severity"] = entry["severity"].removeprefix("SEVERITY_")
+    return data
+
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -222,3 +222,20 @@ def test_documented_default_when_nothing_set() -> None:
         assert "session_device_id" not in result.options
         assert "session_device_id" not in result.provenance
         assert codes(result) == []
+
+
+def test_slot_fields_are_in_the_order_the_plain_value_path_writes_them() -> None:
+    """apply_precedence builds a caller's plain value's Slot by position (no constructor frame
+    on the hot path): a field added or moved must be added or moved there too."""
+    from npu_resolver._state import Slot
+
+    assert Slot._fields == (
+        "value",
+        "source",
+        "rules",
+        "requested",
+        "env_var",
+        "detail",
+        "all_products",
+        "prov",
+    )

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from npu_resolver import (
     CATALOG,
+    PATH_KEYS,
     PRODUCTS,
     Resolution,
     ResolveRequest,
@@ -159,3 +160,12 @@ def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) 
     )
     assert result.fingerprint == hashlib.sha256(text.encode()).hexdigest()[:16]
     assert fingerprint(result.product, result.options) == result.fingerprint
+
+
+@FAST
+@given(requests)
+def test_paths_are_named_and_ordered_as_path_keys_says(request: ResolveRequest) -> None:
+    """Clients order the paths of an answer by PATH_KEYS: every path the core gives is in it,
+    in that order."""
+    paths = list(resolve(request).paths)
+    assert paths == [key for key in PATH_KEYS if key in paths]

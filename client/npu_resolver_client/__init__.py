@@ -23,7 +23,6 @@ from ._client import (
     channel_options,
     remote_resolve,
 )
-from ._convert import message_to_cli_json
 from ._errors import (
     FieldViolation,
     ResolveError,
@@ -47,6 +46,5 @@ __all__ = [
     "ResolverClientError",
     "ResolverUnavailable",
     "channel_options",
-    "message_to_cli_json",
     "remote_resolve",
 ]

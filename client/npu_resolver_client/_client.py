@@ -27,19 +27,18 @@ from typing import Any, Final
 import grpc
 from google.protobuf import message
 
-from npu_resolver import DiffCell, DiffResult, DiffRow, Product, Resolution, ResolveRequest
+from npu_resolver import DiffResult, Product, Resolution, ResolveRequest
 
 from ._convert import (
-    SOURCE_FROM_PB,
     NotTextError,
     catalog_from_proto,
     check_text,
     config_to_json,
+    diff_from_proto,
     product_from_proto,
     request_to_proto,
     resolution_from_proto,
     restore_callers_values,
-    value_to_py,
     violation_field,
 )
 from ._errors import (
@@ -334,26 +333,6 @@ def _resolve_error(
     return restored
 
 
-def _diff_result(response: pb.DiffResponse, request: ResolveRequest) -> DiffResult:
-    products = tuple(response.products)
-    results = {
-        pid: restore_callers_values(resolution_from_proto(response.results[pid]), request)
-        for pid in products
-    }
-    rows = []
-    for row in response.rows:
-        cells: dict[str, DiffCell | None] = {}
-        for pid in products:
-            if pid in row.cells:
-                cell = row.cells[pid]
-                value = results[pid].options.get(row.option, value_to_py(cell.value))
-                cells[pid] = DiffCell(value, SOURCE_FROM_PB[cell.source])
-            else:
-                cells[pid] = None
-        rows.append(DiffRow(row.option, cells, row.same))
-    return DiffResult(products, results, tuple(rows))
-
-
 def _policy_info(response: pb.GetPolicyResponse) -> PolicyInfo:
     return PolicyInfo(
         policy_version=response.policy_version,
@@ -566,7 +545,7 @@ class ResolverClient:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process."""
         message = _diff_request(request, products)
-        return _diff_result(self._call("Diff", message, timeout), request)
+        return diff_from_proto(self._call("Diff", message, timeout), request)
 
     def list_products(self, *, timeout: float | None = None) -> list[Product]:
         response = self._call("ListProducts", pb.ListProductsRequest(), timeout)
@@ -767,7 +746,7 @@ class AsyncResolverClient:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process."""
         message = _diff_request(request, products)
-        return _diff_result(await self._call("Diff", message, timeout), request)
+        return diff_from_proto(await self._call("Diff", message, timeout), request)
 
     async def list_products(self, *, timeout: float | None = None) -> list[Product]:
         response = await self._call("ListProducts", pb.ListProductsRequest(), timeout)

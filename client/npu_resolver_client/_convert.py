@@ -13,11 +13,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from npu_resolver import (
     MAX_EXACT_INT,
+    PATH_KEYS,
     Diagnostic,
+    DiffCell,
+    DiffResult,
+    DiffRow,
     Product,
     Provenance,
     Resolution,
@@ -37,20 +41,7 @@ SEVERITY_TO_PB: Final = {s: pb.Severity.Value(f"SEVERITY_{s.value}") for s in Se
 SEVERITY_FROM_PB: Final = {v: k for k, v in SEVERITY_TO_PB.items()}
 SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
 SOURCE_FROM_PB: Final = {v: k for k, v in SOURCE_TO_PB.items()}
-_ENUM_PREFIXES: Final = ("SEVERITY_", "SOURCE_")
-_PATH_ORDER: Final = {
-    name: i
-    for i, name in enumerate(
-        (
-            "exception_dump_dir",
-            "debug_dir",
-            "fusion_result_file",
-            "op_cache_dir",
-            "external_weight_dir",
-            "aoe_work_path",
-        )
-    )
-}
+_PATH_ORDER: Final = {name: i for i, name in enumerate(PATH_KEYS)}
 
 
 class LimitError(ValueError):
@@ -462,40 +453,45 @@ def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> R
     )
 
 
-def strip_enum_prefixes(data: JSON) -> JSON:
-    """SEVERITY_ERROR -> ERROR, SOURCE_USER -> USER, anywhere in a JSON value."""
-    if isinstance(data, dict):
-        return {k: strip_enum_prefixes(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [strip_enum_prefixes(v) for v in data]
-    if isinstance(data, str):
-        for prefix in _ENUM_PREFIXES:
-            if data.startswith(prefix) and data[len(prefix) :].isupper():
-                return data[len(prefix) :]
-    return data
+# --------------------------------------------------------------------------- diff
 
 
-def message_to_cli_json(message: Any) -> dict[str, JSON]:
-    """The proto3 JSON mapping (proto field names) of a response, enums by their bare names.
-
-    For a ResolveResponse this equals `Resolution.to_json()` (numbers aside: JSON has one
-    number type, and the mapping writes integral values as floats).
-    """
-    data = json_format.MessageToDict(
-        message,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
+def diff_to_proto(result: DiffResult) -> pb.DiffResponse:
+    """A DiffResult as the DiffResponse the server sends."""
+    response = pb.DiffResponse(
+        products=list(result.products),
+        differing=[row.option for row in result.differing],
+        results={pid: resolution_to_proto(r) for pid, r in result.results.items()},
     )
-    return _strip_response(data) if isinstance(message, pb.ResolveResponse) else data
+    for row in result.rows:
+        out = response.rows.add(option=row.option, same=row.same)
+        for pid, cell in row.cells.items():
+            if cell is not None:
+                target = out.cells[pid]
+                target.source = SOURCE_TO_PB[cell.source]
+                target.value.CopyFrom(py_to_value(cell.value))
+    return response
 
 
-def _strip_response(data: dict[str, JSON]) -> dict[str, JSON]:
-    # Only enum fields are touched: option values that happen to start with SOURCE_ stay.
-    for entry in data.get("provenance", {}).values():
-        entry["source"] = entry["source"].removeprefix("SOURCE_")
-    for entry in data.get("diagnostics", []):
-        entry["severity"] = entry["severity"].removeprefix("SEVERITY_")
-    return data
+def diff_from_proto(response: pb.DiffResponse, request: ResolveRequest) -> DiffResult:
+    """A DiffResponse as the DiffResult the core gives, the caller's values kept as sent."""
+    products = tuple(response.products)
+    results = {
+        pid: restore_callers_values(resolution_from_proto(response.results[pid]), request)
+        for pid in products
+    }
+    rows = []
+    for row in response.rows:
+        cells: dict[str, DiffCell | None] = {}
+        for pid in products:
+            if pid in row.cells:
+                cell = row.cells[pid]
+                value = results[pid].options.get(row.option, value_to_py(cell.value))
+                cells[pid] = DiffCell(value, SOURCE_FROM_PB[cell.source])
+            else:
+                cells[pid] = None
+        rows.append(DiffRow(row.option, cells, row.same))
+    return DiffResult(products, results, tuple(rows))
 
 
 # --------------------------------------------------------------------------- catalog

@@ -18,16 +18,18 @@ from ._model import (
     Severity,
     Source,
 )
-from ._pipeline import resolve, unresolved
+from ._paths import PATH_KEYS
+from ._pipeline import config_refused, resolve, unresolved
 from ._products import PRODUCTS, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
-from ._values import MAX_OBJECT_DEPTH
+from ._values import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS, MAX_OBJECT_DEPTH
 
 _LAZY = {
     "describe_catalog": "_describe",
     "describe_option": "_describe",
     "list_products": "_describe",
     "DiffCell": "_diff",
+    "DiffError": "_diff",
     "DiffResult": "_diff",
     "DiffRow": "_diff",
     "diff": "_diff",
@@ -52,20 +54,24 @@ def __getattr__(name: str) -> object:
 
 if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
-    from ._diff import DiffCell, DiffResult, DiffRow, diff
+    from ._diff import DiffCell, DiffError, DiffResult, DiffRow, diff
     from ._policy import Policy, PolicyError, load_policy, parse_policy
 
 __all__ = [
     "CATALOG",
     "CATALOG_VERSION",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_ITEMS",
     "MAX_EXACT_INT",
     "MAX_OBJECT_DEPTH",
+    "PATH_KEYS",
     "PRODUCTS",
     "Catalog",
     "CatalogError",
     "Code",
     "Diagnostic",
     "DiffCell",
+    "DiffError",
     "DiffResult",
     "DiffRow",
     "Policy",
@@ -79,6 +85,7 @@ __all__ = [
     "ResolveRequest",
     "Severity",
     "Source",
+    "config_refused",
     "describe_catalog",
     "describe_option",
     "diff",

@@ -7,11 +7,13 @@ the working state. The table order is the order in which they act within a stage
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from ._model import Code, Source
+from ._options import CACHE_ENV_VARS
 from ._products import Family
 from ._schema import Mode, Option
 from ._state import State
@@ -23,6 +25,9 @@ class Stage(enum.Enum):
     DERIVED = "derived"
     ROUNDING = "rounding"
     CROSS = "cross"
+    FINAL = "final"
+    """After the rules that read attached files: what depends on a value those can still
+    change (R-OCC-3: an op_debug_config file turning the compile cache off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +41,7 @@ MIXED_PRECISION: Final = frozenset(
     {"mixed_float16", "mixed_bfloat16", "allow_mix_precision_fp16", "allow_mix_precision_bf16"}
 )
 EXPERIMENTAL_RULE: Final = "R-EXP-2"
+_ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
 
 
 # ------------------------------------------------------------------------------- defaults
@@ -547,6 +553,42 @@ def deprecated_warning(state: State) -> None:
     )
 
 
+def cache_off_drops_dir(state: State) -> None:
+    """R-OCD-1: with the operator compile cache off its folder has no effect ("启动算子编译缓存
+    功能时，可通过op_compiler_cache_dir配置…"), whatever turned it off."""
+    if state.value("op_compiler_cache_mode") != "disable":
+        return
+    slot = state.slots["op_compiler_cache_mode"]
+    why = f" (turned off by {slot.detail})" if slot.source is Source.DERIVED else ""
+    state.drop(
+        "op_compiler_cache_dir",
+        Code.DROPPED_NO_EFFECT,
+        "R-OCD-1",
+        f"op_compiler_cache_dir has no effect while op_compiler_cache_mode is 'disable'{why}: "
+        "there is no cache to keep; remove it or turn the cache on.",
+    )
+
+
+def cache_size_variables(state: State) -> None:
+    """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
+    operator compile cache is on (they mean nothing once it is off)."""
+    if state.value("op_compiler_cache_mode") in (None, "disable"):
+        return
+    for var, (least, greatest, expected) in CACHE_ENV_VARS.items():
+        text = state.env.get(var)
+        if text is None:
+            continue
+        stripped = text.strip()
+        number = int(stripped) if _ENV_INT.fullmatch(stripped) else None
+        if number is None or number < least or (greatest is not None and number > greatest):
+            state.emit(
+                Code.INVALID_VALUE,
+                f"env.{var}",
+                "R-OCC-4",
+                f"environment variable {var}={show(text)} is not {expected}; fix or unset it.",
+            )
+
+
 CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-PREC-1", Stage.DEFAULTS, precision_default),
     CrossRule("R-EXD-2", Stage.DERIVED, collect_path_forces_dump),
@@ -572,6 +614,8 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-DEP-3", Stage.CROSS, debug_level_on_350),
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
     CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
+    CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),
+    CrossRule("R-OCC-4", Stage.FINAL, cache_size_variables),
 )
 
 CROSS_RULE_IDS: Final = frozenset(r.id for r in CROSS_RULES)

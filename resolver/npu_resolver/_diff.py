@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from ._catalog import CATALOG, Catalog
 from ._model import JSON, Resolution, ResolveRequest, Source
 from ._pipeline import resolve
+from ._products import product_id
 from ._state import PolicyLike
+
+MIN_DIFF_PRODUCTS: Final = 2
+"""Names a diff needs: two names of one product will do (each name is a column)."""
+
+
+class DiffError(ValueError):
+    """A diff that cannot be made: fewer than two products named."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +72,15 @@ def diff(
     policy: PolicyLike | None = None,
     catalog: Catalog = CATALOG,
 ) -> DiffResult:
-    """Resolve `request` once per product (its own `product` is ignored) and line them up."""
+    """Resolve `request` once per product (its own `product` is ignored) and line them up.
+
+    Raises DiffError when fewer than two products are named; an unknown product is a column
+    whose result carries UNKNOWN_PRODUCT."""
+    if len(products) < MIN_DIFF_PRODUCTS:
+        raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
     results: dict[str, Resolution] = {}
-    for product in products:
+    # A product named twice, by id or alias, is one column, resolved once.
+    for product in dict.fromkeys(product_id(name) or name for name in products):
         result = resolve(replace(request, product=product), catalog=catalog, policy=policy)
         results[result.product or product] = result
     rows = []

@@ -1,20 +1,15 @@
-"""The job's environment: the variables that give option values, those that are not valid
-values, and the operator compile cache's size variables."""
+"""The job's environment: the variables that give option values, and those whose text is not
+a valid value (an error only where the variable would give the value)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, Code, Source
-from ._options import CACHE_ENV_VARS
+from ._model import JSON, Code
 from ._state import PolicyLayer, State, via_env
-from ._values import Problem, parse, show
-
-_ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
+from ._values import Problem, parse
 
 
 def read_env(
@@ -67,42 +62,3 @@ def env_problems(
         message = f"environment variable {var}: {problem.message}"
         state.emit(problem.code, f"env.{var}", rule, message, problem.suggestion)
         state.refused.add(name)
-
-
-def cache_env(state: State) -> None:
-    """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
-    operator compile cache is on (they mean nothing once it is off). R-OCD-1: with the cache off
-    its folder has no effect ("启动算子编译缓存功能时，可通过op_compiler_cache_dir配置…"). Run last,
-    once every rule that can turn the cache off (R-OCC-2, R-OCC-3 in a file) has acted."""
-    mode = state.value("op_compiler_cache_mode")
-    if mode == "disable":
-        slot = state.slots["op_compiler_cache_mode"]
-        why = f" (turned off by {slot.detail})" if slot.source is Source.DERIVED else ""
-        state.drop(
-            "op_compiler_cache_dir",
-            Code.DROPPED_NO_EFFECT,
-            "R-OCD-1",
-            f"op_compiler_cache_dir has no effect while op_compiler_cache_mode is 'disable'"
-            f"{why}: there is no cache to keep; remove it or turn the cache on.",
-        )
-    if mode is None or mode == "disable":
-        return
-    for var in CACHE_ENV_VARS:
-        text = state.env.get(var)
-        if text is None:
-            continue
-        stripped = text.strip()
-        number = int(stripped) if _ENV_INT.fullmatch(stripped) else None
-        ratio = var == "ASCEND_REMAIN_CACHE_SIZE_RATIO"
-        if number is None or (ratio and not 1 <= number <= 100) or (not ratio and number < -1):
-            expected = (
-                "an integer percentage in [1, 100]"
-                if ratio
-                else "MB as an integer, -1 for no aging"
-            )
-            state.emit(
-                Code.INVALID_VALUE,
-                f"env.{var}",
-                "R-OCC-4",
-                f"environment variable {var}={show(text)} is not {expected}; fix or unset it.",
-            )

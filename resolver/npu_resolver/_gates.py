@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._catalog import OptionView
-from ._model import Code, Source
+from ._model import CATALOG_VERSION, Code, Source
 from ._schema import Mode, ValueGate
 from ._state import State
 from ._values import show
@@ -21,7 +21,8 @@ def option_gate(state: State, view: OptionView) -> tuple[Code, str, str, str] | 
             Code.DROPPED_UNSUPPORTED_VERSION,
             name,
             option.unsupported_rule,
-            f"{name} is not supported in this version (source 900) and has no effect; remove it.",
+            f"{name} is not supported in this version (source {CATALOG_VERSION}) and has no "
+            "effect; remove it.",
         )
     if not view.product_ok:
         return (
@@ -79,8 +80,11 @@ def why_refused(state: State, gate: ValueGate) -> str:
     if kind == "version":
         if gate.products is not None and state.pid not in gate.products:
             only = ", ".join(sorted(gate.products))
-            return f"is not supported in this version (source 900), and only on {only} at all"
-        return "is not supported in this version (source 900)"
+            return (
+                f"is not supported in this version (source {CATALOG_VERSION}), "
+                f"and only on {only} at all"
+            )
+        return f"is not supported in this version (source {CATALOG_VERSION})"
     if kind == "mode":
         return f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
     return f"is not supported on {state.pid}"

@@ -7,10 +7,11 @@ Where the source is silent, the entry says nothing (no default, no range).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from . import _formats as fmt
+from . import _grammars as fmt
 from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._schema import Default, Mode, Option, OptType, Range, Section, ValueGate
 
@@ -415,7 +416,12 @@ OPTIONS: Final[tuple[Option, ...]] = (
 
 # Environment variables the source names but that set no option (paths and cache sizes).
 PATH_ENV_VARS: Final = ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH", "ASCEND_CACHE_PATH", "HOME")
-CACHE_ENV_VARS: Final = ("ASCEND_MAX_OP_CACHE_SIZE", "ASCEND_REMAIN_CACHE_SIZE_RATIO")
+CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str]]] = {
+    "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging"),
+    "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]"),
+}
+"""R-OCC-4: the operator cache's size variables, with the least and greatest value each takes
+and how the source describes a valid one."""
 FLAG_ENV_VARS: Final = ("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM",)
 NAMED_ENV_VARS: Final = (
     *PATH_ENV_VARS,

@@ -14,6 +14,15 @@ from ._options import PATH_ENV_VARS
 from ._state import State
 
 WORKDIR = "<workdir>"
+PATH_KEYS: Final = (
+    "exception_dump_dir",
+    "debug_dir",
+    "fusion_result_file",
+    "op_cache_dir",
+    "external_weight_dir",
+    "aoe_work_path",
+)
+"""Every effective path an answer may hold, in the order answers list them."""
 
 
 def _join(*parts: str) -> str:

@@ -15,7 +15,7 @@ from typing import Final
 from ._catalog import CATALOG, Catalog
 from ._content import apply_content_rules
 from ._cross import CROSS_RULES, CrossRule, Stage
-from ._environment import cache_env, env_problems, read_env
+from ._environment import env_problems, read_env
 from ._fingerprint import digest, fragment
 from ._gates import apply_gates
 from ._model import (
@@ -30,7 +30,7 @@ from ._model import (
     printable,
 )
 from ._paths import effective_paths
-from ._precedence import apply_precedence, effective_mode, emit_problem
+from ._precedence import apply_precedence, effective_mode
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyLayer, PolicyLike, Slot, State
@@ -41,6 +41,7 @@ _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
 _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULTS)
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
+_FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
 
 
@@ -63,6 +64,19 @@ def unresolved(
         policy_version=policy_version,
         fingerprint="",
     )
+
+
+def config_refused(
+    product: str,
+    message: str,
+    *,
+    policy_version: str = "",
+    catalog: Catalog = CATALOG,
+) -> Resolution:
+    """The answer to a request whose config cannot be taken at all (too deep, too wide, not a
+    JSON object): one INVALID_VALUE on `config`, in process and from a server alike."""
+    diagnostic = Diagnostic(Severity.ERROR, Code.INVALID_VALUE, "config", "", message)
+    return unresolved(product, diagnostic, policy_version=policy_version, catalog=catalog)
 
 
 def _unknown_product(text: str) -> Diagnostic:
@@ -141,11 +155,11 @@ def _read_config(
             continue
         parsed = parse(view, raw, product=state.pid)
         if isinstance(parsed, Problem):
-            emit_problem(state, name, parsed)
+            state.report(name, parsed)
             state.refused.add(name)
             continue
         if parsed.note is not None:
-            emit_problem(state, name, parsed.note)
+            state.report(name, parsed.note)
         explicit[name] = (parsed.value, raw)
     return explicit
 
@@ -197,7 +211,7 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
     # What every rule leaves of the untouched defaults: the answer to a request that sets
     # nothing, precomputed whole.
     untouched.slots = dict(slots)
-    _run(_DERIVED_RULES + _LATE_RULES, untouched)
+    _run(_DERIVED_RULES + _LATE_RULES + _FINAL_RULES, untouched)
     final = untouched.slots
     return _Base(
         slots=slots,
@@ -261,15 +275,9 @@ def resolve(
     policy_version = policy.version if policy is not None else ""
     shape = config_shape(request.config) if isinstance(request.config, dict) else None
     if shape is not None:
-        return unresolved(
+        return config_refused(
             request.product if isinstance(request.product, str) else "",
-            Diagnostic(
-                Severity.ERROR,
-                Code.INVALID_VALUE,
-                "config",
-                "",
-                config_refusal(shape),
-            ),
+            config_refusal(shape),
             policy_version=policy_version,
             catalog=catalog,
         )
@@ -332,7 +340,7 @@ def resolve(
     _run(_DERIVED_RULES, state)
     _run(_LATE_RULES, state)
     apply_content_rules(state, request.attachments, explicit)
-    cache_env(state)
+    _run(_FINAL_RULES, state)
     return _result(state, base, catalog, policy_version)
 
 

@@ -17,10 +17,6 @@ from ._values import Parsed, Problem, parse, show
 _UNSET: Final = unset()
 
 
-def emit_problem(state: State, option: str, problem: Problem) -> None:
-    state.emit(problem.code, option, problem.rule, problem.message, problem.suggestion)
-
-
 def effective_mode(
     state: State, explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer
 ) -> Mode:
@@ -46,7 +42,7 @@ def effective_mode(
 def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | None:
     parsed = parse(view, entry.value, product=state.pid)
     if isinstance(parsed, Problem):
-        emit_problem(state, view.option.name, parsed)
+        state.report(view.option.name, parsed)
         return None
     return parsed.value if isinstance(parsed, Parsed) else None
 
@@ -196,7 +192,8 @@ def apply_precedence(
         given = explicit.get(name)
         if given is not None and name not in others:
             # The common case: a caller's value and nothing else about this option. Built
-            # with tuple.__new__, the same Slot without the named-tuple constructor's frame.
+            # with tuple.__new__, the same Slot without the named-tuple constructor's frame
+            # (fields by position: tests/test_precedence.py pins their order).
             value, raw = given
             view = views[name]
             fields: tuple[object, ...]

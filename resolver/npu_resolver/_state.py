@@ -1,14 +1,15 @@
 """The working state of one resolution: effective values so far, and the diagnostics.
 
-The pipeline stages and the cross-option rules act on it through a few verbs (drop, force,
-conflict, note) so that severity, `strict` and provenance are handled in one place.
+The pipeline stages and the cross-option rules act on it through a few verbs (emit, report,
+drop, refuse, conflict, force) so that severity, `strict` and provenance are handled in one
+place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from ._catalog import View
 from ._model import (
@@ -24,6 +25,9 @@ from ._model import (
 )
 from ._products import BY_ID, Family
 from ._schema import Mode
+
+if TYPE_CHECKING:
+    from ._values import Problem
 
 _UNSET: Final = unset()
 
@@ -152,6 +156,10 @@ class State:
             severity = Severity.ERROR
         self.diagnostics.append(Diagnostic(severity, code, option, rule, message, suggestion))
 
+    def report(self, option: str, problem: Problem) -> None:
+        """A value's problem, or a note on how it was read, as a diagnostic on `option`."""
+        self.emit(problem.code, option, problem.rule, problem.message, problem.suggestion)
+
     def drop(self, name: str, code: Code, rule: str, message: str) -> None:
         """Remove an option; a caller's or the policy's value gets a warning, a default not."""
         slot = self.slots.pop(name, None)
@@ -188,8 +196,3 @@ class State:
         )
         if slot.is_set:
             self.emit(Code.FORCED, name, rule, message)
-
-    def add_rule(self, name: str, rule: str) -> None:
-        slot = self.slots.get(name)
-        if slot is not None:
-            self.slots[name] = slot.with_rule(rule)

@@ -28,6 +28,9 @@ MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
 _FALSE: Final = frozenset({"false", "False", "FALSE", "0"})
+BOOL_TEXTS: Final = {**dict.fromkeys(_TRUE, True), **dict.fromkeys(_FALSE, False)}
+"""The texts a bool option reads as true or false: the one table for configs, the job's
+environment and the command line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,6 @@ class AnswerCache:
         self._bytes = 0
         self._seen = array("H", bytes(2 * DOORKEEPER_SLOTS if max_entries else 0))
         self.hits = 0
-        self.misses = 0
 
     @property
     def enabled(self) -> bool:
@@ -70,7 +69,6 @@ class AnswerCache:
         key = (policy_version, request)
         answer = self._entries.get(key)
         if answer is None:
-            self.misses += 1
             return None
         self._entries.move_to_end(key)
         self.hits += 1

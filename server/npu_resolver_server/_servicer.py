@@ -21,15 +21,13 @@ from google.rpc import error_details_pb2, status_pb2
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest, Severity
-from npu_resolver._products import product_id
 from npu_resolver_client._convert import (
     LimitError,
     catalog_to_proto,
     config_from_wire,
+    diff_to_proto,
     product_to_proto,
-    py_to_value,
     request_from_proto,
-    resolution_to_proto,
     violation_field,
 )
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
@@ -50,7 +48,6 @@ SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
 METHODS: Final = frozenset(m.name for m in pb.DESCRIPTOR.services_by_name["Resolver"].methods)
-_field = field  # the name the tests write raw requests with
 RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
 
 log = logging.getLogger("npu_resolver_server.service")
@@ -188,11 +185,8 @@ def _config_refused(
     message_: pb.ResolveRequest, refused: _RefusedError, policy: npu_resolver.PolicyLike | None
 ) -> Resolution:
     """The report for a request whose config cannot be taken (too deep, too wide, not JSON)."""
-    diagnostic = npu_resolver.Diagnostic(
-        Severity.ERROR, npu_resolver.Code.INVALID_VALUE, "config", "", str(refused)
-    )
     version = policy.version if policy is not None else ""
-    return npu_resolver.unresolved(message_.product, diagnostic, policy_version=version)
+    return npu_resolver.config_refused(message_.product, str(refused), policy_version=version)
 
 
 def _batch_item(answer: Answer) -> bytes:
@@ -431,10 +425,8 @@ class ResolverService:
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         request = parse(pb.DiffRequest, raw)
-        if len(request.products) < 2:  # as in process: two names, even of one product, will do
-            raise _RefusedError("a diff needs two or more products", "products", "TOO_FEW_PRODUCTS")
         # A product named twice, by id or alias, is one column: the cap counts columns.
-        products = list(dict.fromkeys(product_id(p) or p for p in request.products))
+        products = list(dict.fromkeys(npu_resolver.product_id(p) or p for p in request.products))
         if len(products) > MAX_DIFF_PRODUCTS:
             raise _RefusedError(
                 f"a diff takes at most {MAX_DIFF_PRODUCTS} products (there are "
@@ -455,7 +447,7 @@ class ResolverService:
         except LimitError as exc:
             raise _RefusedError(str(exc), "config", "REQUEST_LIMIT") from None
         core_request = ResolveRequest(
-            product=products[0],
+            product=products[0] if products else "",
             config=config,
             env=dict(request.env),
             workdir=request.workdir,
@@ -463,19 +455,13 @@ class ResolverService:
             strict=request.strict,
             attachments=dict(request.attachments),
         )
-        result = npu_resolver.diff(core_request, products, policy=self._policy())
-        response = pb.DiffResponse(
-            products=list(result.products),
-            differing=[row.option for row in result.differing],
-            results={pid: resolution_to_proto(r) for pid, r in result.results.items()},
-        )
-        for row in result.rows:
-            out = response.rows.add(option=row.option, same=row.same)
-            for pid, cell in row.cells.items():
-                if cell is not None:
-                    target = out.cells[pid]
-                    target.source = pb.Source.Value(f"SOURCE_{cell.source.value}")
-                    _set_json(target.value, cell.value)
+        # Each column once; two names of one product still make a diff, as in process.
+        names = products if len(products) > 1 else list(request.products[:2])
+        try:
+            result = npu_resolver.diff(core_request, names, policy=self._policy())
+        except npu_resolver.DiffError as exc:
+            raise _RefusedError(str(exc), "products", "TOO_FEW_PRODUCTS") from None
+        response = diff_to_proto(result)
         if self.metrics is not None:
             for resolution in result.results.values():
                 self.metrics.diagnostics_seen(resolution.product, resolution.codes())
@@ -537,7 +523,3 @@ class ResolverService:
         return Answer(
             grpc.StatusCode.OK, payload=response.SerializeToString(), ok=not outcome.error
         )
-
-
-def _set_json(target: Any, value: Any) -> None:
-    target.CopyFrom(py_to_value(value))

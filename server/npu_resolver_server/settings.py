@@ -12,7 +12,7 @@ from typing import Final, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from npu_resolver._values import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS
+from npu_resolver import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051

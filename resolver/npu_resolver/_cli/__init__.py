@@ -29,6 +29,7 @@ from .._model import (
 )
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
+from .._values import BOOL_TEXTS
 from ._render import (
     FORMATS,
     object_options,
@@ -90,8 +91,10 @@ def _typed(name: str, text: str) -> JSON:
     except (DuplicateKeyError, _TooDeepError) as exc:
         raise UsageError(f"--set {name}: {exc}") from None
     except json.JSONDecodeError:
-        if option.type is OptType.BOOL and text.lower() in ("true", "false"):
-            return text.lower() == "true"
+        # The texts the core reads as a bool, and only those ('tRuE' stays text and is
+        # refused as it would be in a config).
+        if option.type is OptType.BOOL and text.strip() in BOOL_TEXTS:
+            return BOOL_TEXTS[text.strip()]
         return text
 
 
@@ -143,11 +146,11 @@ def _read_config(path: str | None) -> dict[str, JSON]:
 
 
 def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str, str]:
-    from .._content import CONTENT_RULES as ATTACHMENT_FORMATS
+    from .._content import CONTENT_RULES
 
     attached: dict[str, str] = {}
     if args.read_files:
-        for option in ATTACHMENT_FORMATS:
+        for option in CONTENT_RULES:
             path = config.get(option)
             if not isinstance(path, str) or not path:
                 continue
@@ -157,8 +160,8 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
             if file.is_file():
                 attached[option] = _read_attachment(option, str(file))
     for option, path in _pairs(args.attach, "--attach"):
-        if option not in ATTACHMENT_FORMATS:
-            known = ", ".join(ATTACHMENT_FORMATS)
+        if option not in CONTENT_RULES:
+            known = ", ".join(CONTENT_RULES)
             raise UsageError(f"--attach {option}: only these options name a file: {known}")
         attached[option] = _read_attachment(option, path)
     return attached
@@ -383,13 +386,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    from .._diff import DiffError
     from ._explain import render_diff
 
-    if len(args.product) < 2:
-        raise UsageError("diff needs at least two --product")
     # The diff resolves once per product; the request's own product is the first of them.
     request = _request(args, args.product[0])
-    result = _transport(args).diff(request, args.product)
+    try:
+        result = _transport(args).diff(request, args.product)
+    except DiffError as exc:
+        raise UsageError(f"diff: {exc} (--product A --product B)") from None
     _print(
         json.dumps(result.to_json(), indent=2, ensure_ascii=False)
         if args.json

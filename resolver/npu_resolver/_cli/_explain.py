@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._catalog import CATALOG
 from .._describe import describe_option
-from .._model import JSON
+from .._model import CATALOG_VERSION, JSON
 from .._products import product_id
 from .._rules import RULES
 from ._render import shown
@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 @cache
 def source_wording() -> dict[str, str]:
     """The source's own text per option (shipped with the package)."""
-    text = resources.files("npu_resolver").joinpath("data/source_900.json").read_text("utf-8")
+    text = (
+        resources.files("npu_resolver")
+        .joinpath(f"data/source_{CATALOG_VERSION}.json")
+        .read_text("utf-8")
+    )
     data: dict[str, str] = json.loads(text)
     return data
 
@@ -98,7 +102,11 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
         lines += ["", f"  file format: {fmt[0]}", f"    {fmt[1]}", "    example:"]
         lines += [f"      {line}" for line in fmt[2].splitlines()]
     if described["source_text"]:
-        lines += ["", "  source (NPURunConfig, version 900):", f"    {described['source_text']}"]
+        lines += [
+            "",
+            f"  source (NPURunConfig, version {CATALOG_VERSION}):",
+            f"    {described['source_text']}",
+        ]
     return "\n".join(lines)
 
 

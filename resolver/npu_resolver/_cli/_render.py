@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 from .._model import JSON, Diagnostic, Resolution, Severity, Source
@@ -131,5 +131,4 @@ def render_env(result: Resolution, env: Mapping[str, str]) -> str:
     return "\n".join(lines) if lines else "# no environment variable named by the source is set"
 
 
-Renderer = Callable[[Resolution], str]
 FORMATS: Final = ("json", "table", "python", "env")

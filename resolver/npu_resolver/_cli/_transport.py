@@ -125,7 +125,3 @@ class Remote:
 
     def policy(self) -> dict[str, Any]:
         return dict(self._call("get_policy").to_json())
-
-
-def local_products() -> list[str]:
-    return [p.id for p in PRODUCTS]

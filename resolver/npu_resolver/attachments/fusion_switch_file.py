@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from .._formats import path_char_ok
+from .._grammars import path_char_ok
 from ._common import Issues, ParseIssue, frozen_map, run_parser, show
 from ._json import JsonDoc, describe, kind, load_object
 from ._json_layout import Path

@@ -1,4 +1,4 @@
-"""Format checks for string options whose value has a grammar of its own.
+"""Value grammars: checks for string options whose value has a grammar of its own.
 
 Each returns None when the value is well formed, else a short reason for the diagnostic.
 Every check is a single linear pass: a caller's string is never evaluated.
