@@ -14,7 +14,7 @@ from npu_resolver._options import OPTIONS
 from npu_resolver._rules import RULES
 from npu_resolver._schema import Default
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec"
+SPEC = Path(__file__).resolve().parent / "spec"  # a verbatim copy of the project's rules.md
 RULE_ID = re.compile(r"R-[A-Z0-9]+-[0-9]+")
 
 

@@ -68,14 +68,17 @@ def test_health_watch_sees_not_serving_then_ends_without_holding_the_drain(delay
     args = ["--grace-seconds", "20", "--drain-delay-seconds", delay]
     with ProcessServer(args) as server, grpc.insecure_channel(server.target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=30)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=HEALTH_SERVICE), timeout=60)
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
-        began = time.monotonic()
         server.signal(signal.SIGTERM)
         assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
-        assert list(watch) == []  # the stream ends, with OK
-        assert server.wait() == 0
-        assert time.monotonic() - began < 10
+        # The stream ends with OK: the server ended it. A Watch that held the drain would be
+        # cut when the grace period ran out, and this would raise (CANCELLED or UNAVAILABLE).
+        assert list(watch) == []
+        assert server.wait(timeout=60) == 0  # a safety timeout only: fails a hung server
+    (draining,) = server.events("draining")
+    assert (draining["grace_seconds"], draining["drain_delay_seconds"]) == (20, float(delay))
+    assert server.events("stopped")
 
 
 def test_health_check_says_not_serving_while_calls_are_still_answered() -> None:
@@ -95,9 +98,10 @@ def test_health_check_says_not_serving_while_calls_are_still_answered() -> None:
                 time.sleep(0.05)
             assert status == health_pb2.HealthCheckResponse.NOT_SERVING
             assert c.resolve_request(GOOD).options["hccl_timeout"] == 544  # still answering
-        began = time.monotonic()
-        assert server.wait() == 0
-        assert time.monotonic() - began < 3 + 5
+        assert server.wait(timeout=60) == 0  # a safety timeout only: fails a hung server
+    (draining,) = server.events("draining")
+    assert (draining["drain_delay_seconds"], draining["grace_seconds"]) == (3, 5)
+    assert server.events("stopped")
 
 
 def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def refused(text: str) -> str:
     return str(info.value)
 
 
-def test_example_policy_gives_issue_answers() -> None:
+def test_example_policy_defaults_locks_and_product_overrides() -> None:
     policy = parse_policy(EXAMPLE, "p.toml")
     a2 = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
     assert a2.options["hccl_timeout"] == 3600

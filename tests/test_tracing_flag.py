@@ -1,26 +1,41 @@
-"""`serve --tracing` is opt-in: without the extra installed it says what to install."""
+"""`serve --tracing` is opt-in: without the extra installed it says what to install.
+
+Whether the extra is installed here does not matter: its absence is simulated."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import importlib.util
+from typing import Any
 
 import pytest
 
-from npu_resolver_server._tracing import missing_packages
+from npu_resolver_server import _app, _cli, _tracing
 
 
-def test_tracing_without_the_extra_names_the_packages_to_install() -> None:
-    missing = missing_packages()
-    if not missing:
-        pytest.fail("the tracing extra is installed here; this test checks the message without it")
-    proc = subprocess.run(
-        [sys.executable, "-m", "npu_resolver_server", "--port", "0", "--tracing"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def _no_server(*args: Any, **kwargs: Any) -> int:
+    pytest.fail("the server was started although the tracing packages are missing")
+
+
+def test_tracing_without_the_extra_names_the_packages_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = ["opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-grpc"]
+    monkeypatch.setattr(_tracing, "missing_packages", lambda: list(absent))
+    monkeypatch.setattr(_app, "run_worker", _no_server)
+    assert _cli.main(["--port", "0", "--tracing"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'npu-config-resolver[tracing]'" in err
+    assert all(package in err for package in absent)
+    assert "opentelemetry-instrumentation-grpc" not in err  # only what is missing is named
+
+
+def test_missing_packages_names_each_distribution_whose_module_is_absent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    absent = "opentelemetry.instrumentation.grpc"
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == absent else object()
     )
-    assert proc.returncode == 2
-    assert "npu-config-resolver[tracing]" in proc.stderr
-    assert all(package in proc.stderr for package in missing)
+    assert _tracing.missing_packages() == ["opentelemetry-instrumentation-grpc"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: object())
+    assert _tracing.missing_packages() == []

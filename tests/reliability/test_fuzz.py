@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from npu_resolver import CATALOG, PRODUCTS, Code, Resolution, ResolveRequest, resolve
 from npu_resolver._options import NAMED_ENV_VARS
-from npu_resolver_client import ResolveError, ResolverClient
+from npu_resolver_client import ResolveError, ResolverClient, ResolverClientError
 from npu_resolver_client._convert import LimitError, request_from_proto, request_to_proto
 from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 from npu_resolver_server.settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS
@@ -115,31 +116,45 @@ def _check_core(request: ResolveRequest) -> Resolution:
     return first
 
 
-def _core(examples: int) -> int:
+def _core(examples: int) -> tuple[int, list[str]]:
+    """The examples run, and for each that raised (a crash or a broken property) the request
+    with its traceback."""
     seen = 0
+    failures: list[str] = []
 
     @_fuzz(examples)
     @given(requests)
     def run(request: ResolveRequest) -> None:
         nonlocal seen
         seen += 1
-        _check_core(request)
+        try:
+            _check_core(request)
+        except Exception:
+            failures.append(f"{request!r}\n{traceback.format_exc()}")
 
     run()
-    return seen
+    return seen, failures
+
+
+def _core_fuzz(figures: Figures, examples: int) -> None:
+    start = time.perf_counter()
+    seen, failures = _core(examples)
+    figures(
+        "core fuzz",
+        examples=seen,
+        exceptions=len(failures),
+        seconds=round(time.perf_counter() - start, 1),
+    )
+    assert not failures, f"{len(failures)} of {seen} examples raised; the first:\n{failures[0]}"
 
 
 def test_core_fuzz(figures: Figures) -> None:
-    start = time.perf_counter()
-    seen = _core(QUICK)
-    figures("core fuzz", examples=seen, exceptions=0, seconds=round(time.perf_counter() - start, 1))
+    _core_fuzz(figures, QUICK)
 
 
 @pytest.mark.soak
 def test_core_fuzz_soak(figures: Figures) -> None:
-    start = time.perf_counter()
-    seen = _core(SOAK)
-    figures("core fuzz", examples=seen, exceptions=0, seconds=round(time.perf_counter() - start, 1))
+    _core_fuzz(figures, SOAK)
 
 
 def _reordered(request: ResolveRequest) -> ResolveRequest:
@@ -192,15 +207,27 @@ def _as_server_reads_it(request: ResolveRequest) -> ResolveRequest | None:
         return None
 
 
-def _wire_one(client: ResolverClient, channel: grpc.Channel, request: ResolveRequest) -> str:
-    """One request two ways; returns the gRPC code the Struct form got."""
+ANSWERS = frozenset({"OK", "INVALID_ARGUMENT"})
+"""The codes any request, however malformed, may get."""
+FAULTS = ("INTERNAL", "UNKNOWN")
+"""Codes that mean the server failed: the `internal` figure counts them."""
+
+
+def _wire_one(
+    client: ResolverClient, channel: grpc.Channel, request: ResolveRequest
+) -> tuple[str, str]:
+    """One request two ways; returns the gRPC codes the client's form and the Struct form got."""
     decoded = _as_server_reads_it(request)
+    code = "OK"
     try:
         remote = client.resolve_request(request)
     except ResolveError as error:  # INVALID_ARGUMENT: the report rides in the status details
+        code = error.code.name
         assert error.resolution is not None and error.violations, error.details
         remote = error.resolution
         assert not remote.ok and not request.validate_only
+    except ResolverClientError as error:  # any other failure: counted and checked by the caller
+        return error.code.name, _struct_code(channel, request)
     if decoded is None:  # over the server's read limits: reported on `config`, not resolved
         assert [(d.code, d.option) for d in remote.errors] == [(Code.INVALID_VALUE, "config")]
         assert not remote.options
@@ -208,30 +235,35 @@ def _wire_one(client: ResolverClient, channel: grpc.Channel, request: ResolveReq
         local = resolve(decoded)
         assert remote.fingerprint == local.fingerprint
         assert _canonical(remote) == _canonical(local)
+    return code, _struct_code(channel, request)
 
-    # As a Struct: numbers travel as doubles; the answer must still be structured.
+
+def _struct_code(channel: grpc.Channel, request: ResolveRequest) -> str:
+    """The request as a Struct (numbers travel as doubles): the gRPC code it gets."""
     call = channel.unary_unary("/npu.resolver.v1.Resolver/Resolve")
     payload = request_to_proto(request, as_struct=True).SerializeToString()
     try:
         call(payload, timeout=10)
     except grpc.RpcError as error:
-        code = error.code()
-        assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, error.details())
-        return str(code.name)
+        return str(error.code().name)
     return "OK"
 
 
-def _wire(target: str, examples: int) -> Counter[str]:
+def _wire(target: str, examples: int) -> tuple[Counter[str], Counter[str]]:
+    """The codes the Struct form got, and those the client's form got."""
     codes: Counter[str] = Counter()
+    typed: Counter[str] = Counter()
     with ResolverClient(target, timeout=10) as client, grpc.insecure_channel(target) as channel:
 
         @_fuzz(examples)
         @given(requests.filter(_encodable))
         def run(request: ResolveRequest) -> None:
-            codes[_wire_one(client, channel, request)] += 1
+            typed_code, struct_code = _wire_one(client, channel, request)
+            typed[typed_code] += 1
+            codes[struct_code] += 1
 
         run()
-    return codes
+    return codes, typed
 
 
 def _encodable(request: ResolveRequest) -> bool:
@@ -274,9 +306,7 @@ def _bytes_fuzz(target: str, examples: int) -> Counter[str]:
             try:
                 methods[method](payload, timeout=10)
             except grpc.RpcError as error:
-                code = error.code()
-                assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, error.details())
-                codes[code.name] += 1
+                codes[error.code().name] += 1
                 return
             codes["OK"] += 1
 
@@ -287,17 +317,21 @@ def _bytes_fuzz(target: str, examples: int) -> Counter[str]:
 def _wire_fuzz(server: ThreadServer, figures: Figures, examples: int) -> None:
     """Random requests and random bytes at the wire; one line of figures."""
     start = time.perf_counter()
-    codes = _wire(server.target, examples)
+    codes, typed = _wire(server.target, examples)
     raw = _bytes_fuzz(server.target, examples)
+    internal = sum(counter[fault] for counter in (codes, typed, raw) for fault in FAULTS)
     figures(
         "wire fuzz",
         requests=sum(codes.values()),
         byte_payloads=sum(raw.values()),
-        internal=0,
+        internal=internal,
         struct_codes=dict(codes),
         byte_codes=dict(raw),
         seconds=round(time.perf_counter() - start, 1),
     )
+    answers = f"client form {dict(typed)}, Struct form {dict(codes)}, bytes {dict(raw)}"
+    assert internal == 0, answers
+    assert set(typed) | set(codes) | set(raw) <= ANSWERS, answers
 
 
 def test_wire_fuzz(server: ThreadServer, figures: Figures) -> None:
