@@ -4,7 +4,9 @@ documented default."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from ._catalog import OptionView
@@ -61,6 +63,173 @@ def _alias_rule(option: Option, raw: JSON) -> tuple[str, ...]:
     return (option.aliases_rule,) if isinstance(raw, str) and raw in option.aliases else ()
 
 
+class _Next(enum.Enum):
+    """A source with nothing to say about an option: the next one in the chain is asked."""
+
+    NEXT = 0
+
+
+_NEXT: Final = _Next.NEXT
+Decision = Slot | None | _Next
+"""A source's answer: the option's slot; None, decided that no source sets it (the
+documented default stays, or nothing does); or _NEXT."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What the sources know of one option while its value is chosen."""
+
+    state: State
+    view: OptionView
+    given: tuple[JSON, JSON] | None
+    """The caller's value and the form they wrote it in."""
+    from_env: JSON
+    layer: PolicyLayer
+
+
+def _locked(asked: _Asked) -> Decision:
+    """A policy lock wins over everything, if it can act here."""
+    state, view, given, from_env = asked.state, asked.view, asked.given, asked.from_env
+    option = view.option
+    name = option.name
+    lock = asked.layer.locked.get(name)
+    if lock is None:
+        return _NEXT
+    if not view.acts and (given is not None or from_env is not None):
+        # A lock that cannot act here replaces nothing: the caller's own value meets the
+        # gate and its warning (an error under strict), as it would with no policy.
+        return _NEXT
+    value = _policy_value(state, view, lock)
+    if value is None:
+        return None
+    gate = view.blocked(value)
+    if gate is not None:
+        state.emit(
+            Code.UNSUPPORTED_VALUE,
+            name,
+            gate.rule,
+            f"the policy locks {name} to {show(value)} ({lock.detail}), a value that "
+            f"{why_refused(state, gate)}; ask the platform team to change the lock.",
+        )
+        return None
+    wanted = given[0] if given is not None else from_env
+    requested: JSON = unset()
+    if given is not None and not _same(given[1], given[0]):
+        requested = given[1]  # the form the caller wrote, as on every other path
+    if wanted is not None and wanted != value:
+        if requested is _UNSET:  # the caller's own words: the value, or the variable's text
+            requested = given[0] if given is not None else state.env.get(option.env)
+        via = f"{name} {show(wanted)}" if given is not None else f"{option.env}={show(wanted)}"
+        state.emit(
+            Code.POLICY_LOCKED,
+            name,
+            option.rule,
+            f"{via} is replaced by the policy's locked value {show(value)} "
+            f"({lock.detail}); ask the platform team to change the lock.",
+        )
+    return Slot(
+        value,
+        Source.POLICY_LOCKED,
+        (option.rule,),
+        requested=requested,
+        detail=lock.detail,
+        all_products=lock.all_products,
+    )
+
+
+def _unless_refused(asked: _Asked) -> Decision:
+    """A value refused with an error (the caller's or the variable's) leaves no value; the
+    sources below it are not asked."""
+    return None if asked.view.option.name in asked.state.refused else _NEXT
+
+
+def _explicit(asked: _Asked) -> Decision:
+    """The caller's value. Notes on where a value came from only matter where the option
+    acts; elsewhere the gate's warning (step 6) is all there is to say."""
+    given = asked.given
+    if given is None:
+        return _NEXT
+    option = asked.view.option
+    env_rules: tuple[str, ...] = ()
+    if asked.from_env is not None:
+        env_rules = (option.env_rule,)
+        if asked.view.acts:
+            asked.state.emit(
+                Code.ENV_OVERRIDDEN,
+                option.name,
+                option.env_rule,
+                f"{option.env} is set but the explicit {option.name} {show(given[0])} wins; "
+                "remove one of them to avoid confusion.",
+            )
+    return Slot(
+        given[0],
+        Source.USER,
+        _rules(option.rule, *_alias_rule(option, given[1]), *env_rules),
+        requested=unset() if _same(given[1], given[0]) else given[1],
+    )
+
+
+def _environment(asked: _Asked) -> Decision:
+    """The job's environment variable for the option (rules.md names which)."""
+    from_env = asked.from_env
+    if from_env is None:
+        return _NEXT
+    option = asked.view.option
+    if asked.view.acts:
+        asked.state.emit(
+            Code.FROM_ENV,
+            option.name,
+            option.env_rule,
+            f"{option.name} is {show(from_env)} from {option.env}; "
+            f"set {option.name} to override it.",
+        )
+    return Slot(from_env, Source.ENV, _rules(option.rule, option.env_rule), env_var=option.env)
+
+
+def _policy_default(asked: _Asked) -> Decision:
+    """The policy profile's default for the product. One that cannot act here leaves the
+    documented default in place, as a policy option the product or mode lacks does (quietly
+    when it was written for every product)."""
+    state, view = asked.state, asked.view
+    name = view.option.name
+    entry = asked.layer.defaults.get(name)
+    if entry is None:
+        return _NEXT
+    value = _policy_value(state, view, entry)
+    if value is None:
+        return None
+    gate = view.blocked(value)
+    if gate is not None:
+        if not entry.all_products:
+            state.emit(
+                GATE_CODES[gate_kind(state, gate)],
+                name,
+                gate.rule,
+                f"the policy's default {name} {show(value)} ({entry.detail}) "
+                f"{why_refused(state, gate)}, so the documented default applies here.",
+            )
+        return None
+    return Slot(
+        value,
+        Source.POLICY,
+        (view.option.rule,),
+        detail=entry.detail,
+        all_products=entry.all_products,
+    )
+
+
+SOURCES: Final[tuple[Callable[[_Asked], Decision], ...]] = (
+    _locked,
+    _unless_refused,
+    _explicit,
+    _environment,
+    _policy_default,
+)
+"""Step 5, the chain of sources, highest first (contract: a policy lock, the explicit option,
+the job's environment variable, the policy profile's default); below them all, the documented
+default the request started from."""
+
+
 def _slot(
     state: State,
     view: OptionView,
@@ -68,109 +237,12 @@ def _slot(
     from_env: JSON,
     layer: PolicyLayer,
 ) -> Slot | None:
-    """Step 5 for one option: lock > explicit > env > policy default > documented default."""
-    option = view.option
-    name = option.name
-    lock = layer.locked.get(name)
-    env_rules = (option.env_rule,) if option.env else ()
-    if lock is not None and not view.acts and (given is not None or from_env is not None):
-        # A lock that cannot act here replaces nothing: the caller's own value meets the
-        # gate and its warning (an error under strict), as it would with no policy.
-        lock = None
-    if lock is not None:
-        value = _policy_value(state, view, lock)
-        if value is None:
-            return None
-        gate = view.blocked(value)
-        if gate is not None:
-            state.emit(
-                Code.UNSUPPORTED_VALUE,
-                name,
-                gate.rule,
-                f"the policy locks {name} to {show(value)} ({lock.detail}), a value that "
-                f"{why_refused(state, gate)}; ask the platform team to change the lock.",
-            )
-            return None
-        asked = given[0] if given is not None else from_env
-        requested: JSON = unset()
-        if given is not None and not _same(given[1], given[0]):
-            requested = given[1]  # the form the caller wrote, as on every other path
-        if asked is not None and asked != value:
-            if requested is _UNSET:  # the caller's own words: the value, or the variable's text
-                requested = given[0] if given is not None else state.env.get(option.env)
-            via = f"{name} {show(asked)}" if given is not None else f"{option.env}={show(asked)}"
-            state.emit(
-                Code.POLICY_LOCKED,
-                name,
-                option.rule,
-                f"{via} is replaced by the policy's locked value {show(value)} "
-                f"({lock.detail}); ask the platform team to change the lock.",
-            )
-        return Slot(
-            value,
-            Source.POLICY_LOCKED,
-            (option.rule,),
-            requested=requested,
-            detail=lock.detail,
-            all_products=lock.all_products,
-        )
-    if name in state.refused:
-        return None
-    # Notes on where a value came from only matter where the option acts; elsewhere the gate's
-    # warning (step 6) is all there is to say.
-    if given is not None:
-        if from_env is not None and view.acts:
-            state.emit(
-                Code.ENV_OVERRIDDEN,
-                name,
-                option.env_rule,
-                f"{option.env} is set but the explicit {name} {show(given[0])} wins; "
-                "remove one of them to avoid confusion.",
-            )
-        return Slot(
-            given[0],
-            Source.USER,
-            _rules(
-                option.rule,
-                *_alias_rule(option, given[1]),
-                *(env_rules if from_env is not None else ()),
-            ),
-            requested=unset() if _same(given[1], given[0]) else given[1],
-        )
-    if from_env is not None:
-        if view.acts:
-            state.emit(
-                Code.FROM_ENV,
-                name,
-                option.env_rule,
-                f"{name} is {show(from_env)} from {option.env}; set {name} to override it.",
-            )
-        return Slot(from_env, Source.ENV, _rules(option.rule, *env_rules), env_var=option.env)
-    entry = layer.defaults.get(name)
-    if entry is not None:
-        value = _policy_value(state, view, entry)
-        gate = view.blocked(value) if value is not None else None
-        if gate is not None:
-            # A policy default that cannot act here leaves the documented default in place,
-            # as a policy option the product or mode lacks does (quietly when it was written
-            # for every product).
-            if not entry.all_products:
-                state.emit(
-                    GATE_CODES[gate_kind(state, gate)],
-                    name,
-                    gate.rule,
-                    f"the policy's default {name} {show(value)} ({entry.detail}) "
-                    f"{why_refused(state, gate)}, so the documented default applies here.",
-                )
-            return None
-        if value is not None:
-            return Slot(
-                value,
-                Source.POLICY,
-                (option.rule,),
-                detail=entry.detail,
-                all_products=entry.all_products,
-            )
+    """Step 5 for one option: the first source in the chain that decides."""
+    asked = _Asked(state, view, given, from_env, layer)
+    for source in SOURCES:
+        decided = source(asked)
+        if decided is not _NEXT:
+            return decided
     return None
 
 
