@@ -595,8 +595,10 @@ def test_set_refuses_a_bool_text_the_core_refuses_as_in_a_config(tmp_path: Path)
     ]
 
 
-def test_diff_of_one_product_is_a_usage_error_naming_the_rule() -> None:
-    proc = run("diff", "--product", "atlas-a2")
+@pytest.mark.parametrize("where", [(), ("--server", "127.0.0.1:1"), ("--config", "-")])
+def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, ...]) -> None:
+    """Said before anything is read or any server is reached (standard input stays unread)."""
+    proc = run("diff", "--product", "atlas-a2", *where, stdin="{not json")
     assert proc.returncode == 2
     assert "a diff needs 2 or more products" in proc.stderr
     assert proc.stdout == ""

@@ -301,3 +301,14 @@ def test_recurring_call_lines_keep_each_calls_own_fields() -> None:
         assert (record["product"], record["ok"], record["codes"]) == (product, ok, list(codes))
         assert record["latency_ms"] == 1.234
         assert record["pid"] == record["worker_pid"]
+
+
+def test_call_lines_time_stamps_are_the_formatters_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Milliseconds as the formatter writes them (1700000000.1, never 1700000000.100)."""
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.1)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_100_000_000)
+    direct, formatted = _call_lines("atlas-a2", True, ("FROM_ENV",))
+    assert direct == formatted
+    assert direct.startswith('{"ts": 1700000000.1, ')

@@ -270,6 +270,27 @@ def test_diff_refuses_fewer_than_two_products(client: ResolverClient, products: 
     assert info.value.violations[0].reason == "TOO_FEW_PRODUCTS"
 
 
+@pytest.mark.parametrize("products", [["atlas-a2"], []])
+def test_diff_says_too_few_products_before_reading_the_config(
+    grpc_target: str,  # noqa: F811
+    products: list[str],
+) -> None:
+    """Refused before any work: a config that could not be read is not looked at."""
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Diff(pb.DiffRequest(products=products, config_json="not json"), timeout=10)
+    error: Any = info.value
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "2 or more products" in error.details()
+
+
+def test_diff_takes_a_product_name_that_is_not_text_as_an_unknown_column() -> None:
+    result = npu_resolver.diff(ResolveRequest(product=""), [None, "atlas-a2"])  # type: ignore[list-item]
+    assert result.products == (None, "atlas-a2")  # type: ignore[comparison-overlap]
+    assert result.results[None].codes() == ["UNKNOWN_PRODUCT"]  # type: ignore[index]
+
+
 def test_diff_of_two_names_of_one_product_is_one_column(client: ResolverClient) -> None:
     request_ = ResolveRequest(product="", config={"hccl_timeout": 1000})
     local = npu_resolver.diff(request_, ["atlas-a2", "Ascend910B3"])

@@ -30,6 +30,7 @@ _LAZY = {
     "list_products": "_describe",
     "DiffCell": "_diff",
     "DiffError": "_diff",
+    "check_diff_products": "_diff",
     "DiffResult": "_diff",
     "DiffRow": "_diff",
     "diff": "_diff",
@@ -54,7 +55,7 @@ def __getattr__(name: str) -> object:
 
 if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
-    from ._diff import DiffCell, DiffError, DiffResult, DiffRow, diff
+    from ._diff import DiffCell, DiffError, DiffResult, DiffRow, check_diff_products, diff
     from ._policy import Policy, PolicyError, load_policy, parse_policy
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "ResolveRequest",
     "Severity",
     "Source",
+    "check_diff_products",
     "config_refused",
     "describe_catalog",
     "describe_option",

@@ -17,11 +17,18 @@ from ._products import product_id
 from ._state import PolicyLike
 
 MIN_DIFF_PRODUCTS: Final = 2
-"""Names a diff needs: two names of one product will do (each name is a column)."""
+"""Names a diff needs: two names of one product will do (they make one column)."""
 
 
 class DiffError(ValueError):
     """A diff that cannot be made: fewer than two products named."""
+
+
+def check_diff_products(products: Sequence[str]) -> None:
+    """Raise DiffError unless `products` names enough products for a diff. Cheap, so that
+    adapters can ask before reading anything else of the request."""
+    if len(products) < MIN_DIFF_PRODUCTS:
+        raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +83,11 @@ def diff(
 
     Raises DiffError when fewer than two products are named; an unknown product is a column
     whose result carries UNKNOWN_PRODUCT."""
-    if len(products) < MIN_DIFF_PRODUCTS:
-        raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
+    check_diff_products(products)
     results: dict[str, Resolution] = {}
     # A product named twice, by id or alias, is one column, resolved once.
-    for product in dict.fromkeys(product_id(name) or name for name in products):
+    columns = ((product_id(n) if isinstance(n, str) else None) or n for n in products)
+    for product in dict.fromkeys(columns):
         result = resolve(replace(request, product=product), catalog=catalog, policy=policy)
         results[result.product or product] = result
     rows = []

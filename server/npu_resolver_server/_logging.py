@@ -83,8 +83,7 @@ def _call_line(
     """A call's line as JsonFormatter writes it, put together without the general encoder.
 
     Between the time stamp and the latency, a server's lines repeat a few texts (the same
-    methods, products and sets of codes): each is built once. The time stamp is written with
-    three decimals rather than as repr(round(t, 3)): the same milliseconds, for less."""
+    methods, products and sets of codes): each is built once."""
     key = (pid, method, code, product, ok, tuple(codes))
     middle = _MIDDLES.get(key)
     if middle is None:
@@ -97,7 +96,8 @@ def _call_line(
         )
         if len(_MIDDLES) < _MAX_MIDDLES and len(product) <= 256:
             _MIDDLES[key] = middle
-    return f'{{"ts": {time.time():.3f}, {middle}"latency_ms": {latency_ms!r}, "worker_pid": {pid}}}'
+    stamp = round(time.time(), 3)
+    return f'{{"ts": {stamp!r}, {middle}"latency_ms": {latency_ms!r}, "worker_pid": {pid}}}'
 
 
 def _write(handler: logging.StreamHandler[Any], text: str) -> bool:

@@ -425,6 +425,10 @@ class ResolverService:
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         request = parse(pb.DiffRequest, raw)
+        try:  # before any work, as the cap below
+            npu_resolver.check_diff_products(request.products)
+        except npu_resolver.DiffError as exc:
+            raise _RefusedError(str(exc), "products", "TOO_FEW_PRODUCTS") from None
         # A product named twice, by id or alias, is one column: the cap counts columns.
         products = list(dict.fromkeys(npu_resolver.product_id(p) or p for p in request.products))
         if len(products) > MAX_DIFF_PRODUCTS:
@@ -457,10 +461,7 @@ class ResolverService:
         )
         # Each column once; two names of one product still make a diff, as in process.
         names = products if len(products) > 1 else list(request.products[:2])
-        try:
-            result = npu_resolver.diff(core_request, names, policy=self._policy())
-        except npu_resolver.DiffError as exc:
-            raise _RefusedError(str(exc), "products", "TOO_FEW_PRODUCTS") from None
+        result = npu_resolver.diff(core_request, names, policy=self._policy())
         response = diff_to_proto(result)
         if self.metrics is not None:
             for resolution in result.results.values():

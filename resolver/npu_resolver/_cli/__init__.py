@@ -386,15 +386,16 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from .._diff import DiffError
+    from .._diff import DiffError, check_diff_products
     from ._explain import render_diff
 
-    # The diff resolves once per product; the request's own product is the first of them.
-    request = _request(args, args.product[0])
-    try:
-        result = _transport(args).diff(request, args.product)
+    try:  # before reading anything or reaching a server
+        check_diff_products(args.product)
     except DiffError as exc:
         raise UsageError(f"diff: {exc} (--product A --product B)") from None
+    # The diff resolves once per product; the request's own product is the first of them.
+    request = _request(args, args.product[0])
+    result = _transport(args).diff(request, args.product)
     _print(
         json.dumps(result.to_json(), indent=2, ensure_ascii=False)
         if args.json
