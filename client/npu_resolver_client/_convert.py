@@ -29,7 +29,7 @@ from npu_resolver import (
     Severity,
     Source,
 )
-from npu_resolver._model import is_text, printable, unique_keys
+from npu_resolver._model import is_text, loads_json, printable
 from npu_resolver._products import Family
 from npu_resolver._values import config_refusal, config_shape
 
@@ -224,19 +224,6 @@ def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.
     return message
 
 
-_JSON_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys)
-"""NaN, Infinity and -Infinity are read as floats: not JSON, but what Python's json writes for
-them, and the resolver refuses them on their option (INVALID_VALUE) as it does in process.
-A key written twice is refused (ValueError)."""
-
-
-def _loads(text: str) -> JSON:
-    """`json.loads(text)`, without a new decoder per call."""
-    if text.startswith("\ufeff"):
-        return json.loads(text, object_pairs_hook=unique_keys)  # refused: json's own message
-    return _JSON_DECODER.decode(text)
-
-
 def _string_map(entries: Mapping[str, str]) -> dict[str, str]:
     """A protobuf map<string, string> as a dict (cheaper than dict() on the map)."""
     return {key: entries[key] for key in entries} if entries else {}
@@ -251,7 +238,7 @@ def config_from_wire(
     if struct.fields:
         raise LimitError(f"set {where} or {where}_json, not both")
     try:
-        data = _loads(text)
+        data = loads_json(text)
     except RecursionError:
         raise LimitError(config_refusal(f"nested deeper than {max_depth} levels")) from None
     except ValueError as exc:

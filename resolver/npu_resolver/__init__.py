@@ -31,6 +31,7 @@ _LAZY = {
     "DiffCell": "_diff",
     "DiffError": "_diff",
     "check_diff_products": "_diff",
+    "diff_columns": "_diff",
     "DiffResult": "_diff",
     "DiffRow": "_diff",
     "diff": "_diff",
@@ -55,7 +56,15 @@ def __getattr__(name: str) -> object:
 
 if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
-    from ._diff import DiffCell, DiffError, DiffResult, DiffRow, check_diff_products, diff
+    from ._diff import (
+        DiffCell,
+        DiffError,
+        DiffResult,
+        DiffRow,
+        check_diff_products,
+        diff,
+        diff_columns,
+    )
     from ._policy import Policy, PolicyError, load_policy, parse_policy
 
 __all__ = [
@@ -91,6 +100,7 @@ __all__ = [
     "describe_catalog",
     "describe_option",
     "diff",
+    "diff_columns",
     "fingerprint",
     "list_products",
     "load_policy",

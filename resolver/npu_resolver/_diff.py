@@ -24,6 +24,13 @@ class DiffError(ValueError):
     """A diff that cannot be made: fewer than two products named."""
 
 
+def diff_columns(products: Sequence[str]) -> list[str]:
+    """The columns of a diff: each product once, by its canonical id (an unknown name, or one
+    that is not text, stands as given and gets an UNKNOWN_PRODUCT column)."""
+    names = ((product_id(n) if isinstance(n, str) else None) or n for n in products)
+    return list(dict.fromkeys(names))
+
+
 def check_diff_products(products: Sequence[str]) -> None:
     """Raise DiffError unless `products` names enough products for a diff. Cheap, so that
     adapters can ask before reading anything else of the request."""
@@ -86,8 +93,7 @@ def diff(
     check_diff_products(products)
     results: dict[str, Resolution] = {}
     # A product named twice, by id or alias, is one column, resolved once.
-    columns = ((product_id(n) if isinstance(n, str) else None) or n for n in products)
-    for product in dict.fromkeys(columns):
+    for product in diff_columns(products):
         result = resolve(replace(request, product=product), catalog=catalog, policy=policy)
         results[result.product or product] = result
     rows = []

@@ -8,6 +8,7 @@ so that the CLI's JSON and the proto3 JSON mapping agree key for key.
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,19 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise DuplicateKeyError(f"key {printable(key)!r} appears twice")
             seen.add(key)
     return data
+
+
+_JSON_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys)
+
+
+def loads_json(text: str) -> Any:
+    """JSON text as Python, each object's keys written once (DuplicateKeyError), one decoder
+    for every call. NaN and Infinity are read as floats, as Python's json writes them, for the
+    resolver to refuse on their option. Nesting deeper than the decoder can follow raises
+    RecursionError, which each caller turns into its own refusal."""
+    if text.startswith("\ufeff"):
+        return json.loads(text, object_pairs_hook=unique_keys)  # refused: json's own message
+    return _JSON_DECODER.decode(text)
 
 
 def printable(value: str) -> str:

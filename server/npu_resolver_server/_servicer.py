@@ -430,7 +430,7 @@ class ResolverService:
         except npu_resolver.DiffError as exc:
             raise _RefusedError(str(exc), "products", "TOO_FEW_PRODUCTS") from None
         # A product named twice, by id or alias, is one column: the cap counts columns.
-        products = list(dict.fromkeys(npu_resolver.product_id(p) or p for p in request.products))
+        products = npu_resolver.diff_columns(request.products)
         if len(products) > MAX_DIFF_PRODUCTS:
             raise _RefusedError(
                 f"a diff takes at most {MAX_DIFF_PRODUCTS} products (there are "

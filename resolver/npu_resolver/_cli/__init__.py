@@ -24,8 +24,8 @@ from .._model import (
     Resolution,
     ResolveRequest,
     is_text,
+    loads_json,
     printable,
-    unique_keys,
 )
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
@@ -76,7 +76,7 @@ def _loads(text: str) -> JSON:
     """json.loads with keys written once; nesting the decoder cannot follow (it recurses) is
     bad input like any other, not a crash."""
     try:
-        return json.loads(text, object_pairs_hook=unique_keys)
+        return loads_json(text)
     except RecursionError:
         raise _TooDeepError("nested too deeply to read") from None
 
