@@ -28,8 +28,7 @@ import grpc
 
 from benchmarks.core_bench import TYPICAL_CONFIG, TYPICAL_ENV
 from npu_resolver import ResolveRequest, resolve
-from npu_resolver_client._convert import resolution_to_proto
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb, resolution_to_proto
 from npu_resolver_server import PID_METADATA_KEY, ServerSettings
 from npu_resolver_server._app import server_options
 from npu_resolver_server._encode import field

@@ -31,7 +31,7 @@ from typing import Any, Final
 import grpc
 
 from benchmarks.core_bench import TYPICAL_CONFIG, TYPICAL_ENV
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 
 RESOLVE: Final = "/npu.resolver.v1.Resolver/Resolve"
 RESOLVE_BATCH: Final = "/npu.resolver.v1.Resolver/ResolveBatch"

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from npu_resolver import Code, ResolveRequest, resolve
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 from tests._server import grpc_server, grpc_target  # noqa: F401
 from tests.test_cli import run
 

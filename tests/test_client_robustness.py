@@ -28,8 +28,7 @@ from npu_resolver_client import (
     channel_options,
 )
 from npu_resolver_client import _client as client_module
-from npu_resolver_client._convert import resolution_to_proto
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb, resolution_to_proto
 from npu_resolver_server import ServerSettings
 from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
 

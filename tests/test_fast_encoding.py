@@ -26,8 +26,7 @@ import npu_resolver
 from npu_resolver import Code, Diagnostic, Provenance, Resolution, ResolveRequest, Severity, Source
 from npu_resolver._model import unset
 from npu_resolver_client import ResolverClient
-from npu_resolver_client._convert import request_to_proto, resolution_to_proto
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb, request_to_proto, resolution_to_proto
 from npu_resolver_server import _encode, _logging
 from npu_resolver_server._encode import encode_resolution, field, length_delimited, write_response
 from npu_resolver_server._metrics import Metrics

@@ -32,9 +32,7 @@ from npu_resolver_client import (
     ResolverUnavailable,
     remote_resolve,
 )
-from npu_resolver_client._convert import request_to_proto
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
+from npu_resolver_client.wire import pb, pb_grpc, request_to_proto, resolution_from_proto
 from npu_resolver_server import HEALTH_SERVICE, ServerSettings
 from npu_resolver_server._cache import Answer, AnswerCache
 from tests._server import ThreadServer, free_port, grpc_server, grpc_target  # noqa: F401
@@ -73,6 +71,18 @@ def test_resolve_equals_in_process(
         remote = error.resolution
     _same(remote, local)
     assert remote_resolve(client.target, request_).to_json() == local.to_json()
+
+
+def test_own_stubs_through_the_public_wire_module_answer_as_in_process(grpc_target: str) -> None:  # noqa: F811
+    """npu_resolver_client.wire, as its docstring shows: a caller's own channel and stub."""
+    request_ = ResolveRequest(
+        product="atlas-training", config={"hccl_timeout": 600}, validate_only=True
+    )
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        answer = resolution_from_proto(stub.Resolve(request_to_proto(request_), timeout=10))
+    assert answer.to_json() == resolve(request_).to_json()
+    assert answer.options["hccl_timeout"] == 544
 
 
 def test_resolve_out_of_range_is_invalid_argument_with_bad_request(grpc_target: str) -> None:  # noqa: F811

@@ -25,7 +25,7 @@ from npu_resolver_client._convert import (
     resolution_to_proto,
     restore_callers_values,
 )
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 from tests.conftest import golden_cases
 
 

@@ -12,7 +12,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DETAILS_BYTES, MAX_DIFF_PRODUCTS
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 

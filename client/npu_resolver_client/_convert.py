@@ -22,6 +22,7 @@ from npu_resolver import (
     DiffCell,
     DiffResult,
     DiffRow,
+    Family,
     Product,
     Provenance,
     Resolution,
@@ -30,7 +31,6 @@ from npu_resolver import (
     Source,
 )
 from npu_resolver._model import is_text, loads_json, printable
-from npu_resolver._products import Family
 from npu_resolver._values import config_refusal, config_shape
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb

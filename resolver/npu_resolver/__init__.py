@@ -20,7 +20,7 @@ from ._model import (
 )
 from ._paths import PATH_KEYS
 from ._pipeline import config_refused, resolve, unresolved
-from ._products import PRODUCTS, Product, product_id
+from ._products import PRODUCTS, Family, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
 from ._values import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS, MAX_OBJECT_DEPTH
 
@@ -37,6 +37,8 @@ _LAZY = {
     "diff": "_diff",
     "Policy": "_policy",
     "PolicyError": "_policy",
+    "PolicyReadError": "_policy",
+    "policy_file_digest": "_policy",
     "load_policy": "_policy",
     "parse_policy": "_policy",
 }
@@ -65,7 +67,14 @@ if TYPE_CHECKING:
         diff,
         diff_columns,
     )
-    from ._policy import Policy, PolicyError, load_policy, parse_policy
+    from ._policy import (
+        Policy,
+        PolicyError,
+        PolicyReadError,
+        load_policy,
+        parse_policy,
+        policy_file_digest,
+    )
 
 __all__ = [
     "CATALOG",
@@ -84,11 +93,13 @@ __all__ = [
     "DiffError",
     "DiffResult",
     "DiffRow",
+    "Family",
     "Policy",
     "PolicyEntry",
     "PolicyError",
     "PolicyLayer",
     "PolicyLike",
+    "PolicyReadError",
     "Product",
     "Provenance",
     "Resolution",
@@ -105,6 +116,7 @@ __all__ = [
     "list_products",
     "load_policy",
     "parse_policy",
+    "policy_file_digest",
     "product_id",
     "resolve",
     "unresolved",

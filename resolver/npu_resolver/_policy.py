@@ -409,6 +409,16 @@ def content_digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:12]
 
 
+def policy_file_digest(path: str | Path) -> str:
+    """The short hash by which a refused policy file is reported, read within the same limits
+    as a load (never a FIFO, a device or an oversized file); empty when it cannot be read. For
+    a loader of its own that does not give the hash of the bytes it read."""
+    try:
+        return content_digest(read_policy_bytes(path))
+    except PolicyReadError:
+        return ""
+
+
 def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
     """Read and check a policy file (the one place the resolver package opens a file)."""
     source = str(path)

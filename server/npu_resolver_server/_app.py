@@ -18,7 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-import npu_resolver_client._proto.npu.resolver.v1.resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 
 from . import _logging
 from ._auth import TokenInterceptor, read_token

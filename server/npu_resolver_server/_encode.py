@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import Any, Final, TypeVar
 
 from npu_resolver import Code, Diagnostic, Provenance, Resolution, Severity, Source
-from npu_resolver_client._convert import SEVERITY_TO_PB, SOURCE_TO_PB, resolution_to_proto
+from npu_resolver_client.wire import SEVERITY_TO_PB, SOURCE_TO_PB, resolution_to_proto
 
 K = TypeVar("K", bound=Hashable)
 

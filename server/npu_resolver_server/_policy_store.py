@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import npu_resolver
 from npu_resolver import PolicyLike
 
 log = logging.getLogger("npu_resolver_server.policy")
@@ -210,12 +211,12 @@ class PolicyStore:
     def _refused_digest(self, exc: Exception) -> str:
         """The refused file's short hash: the one the default loader took of the bytes it read
         (none when it could not read them), else from a bounded read of the file."""
-        from npu_resolver._policy import PolicyError, PolicyReadError
-
-        if isinstance(exc, PolicyError) and (exc.digest or isinstance(exc, PolicyReadError)):
+        if isinstance(exc, npu_resolver.PolicyError) and (
+            exc.digest or isinstance(exc, npu_resolver.PolicyReadError)
+        ):
             return exc.digest
         assert self.path is not None
-        return _file_hash(self.path)
+        return npu_resolver.policy_file_digest(self.path)
 
     def add_listener(self, listener: Callable[[PolicyStore], None]) -> None:
         """Call `listener(store)` after every load or failed reload."""
@@ -273,14 +274,3 @@ class PolicyStore:
         if self.last_error:
             return f"policy reload failed, serving {self.version or 'no policy'}: {self.last_error}"
         return f"policy {self.version or 'none'}"
-
-
-def _file_hash(path: Path) -> str:
-    """For loaders that read the file themselves: read it once more, within the same limits
-    (never a FIFO, a device or an oversized file); empty when it cannot be read."""
-    from npu_resolver._policy import content_digest, read_policy_bytes
-
-    try:
-        return content_digest(read_policy_bytes(path))
-    except Exception:
-        return ""

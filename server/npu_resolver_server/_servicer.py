@@ -21,16 +21,16 @@ from google.rpc import error_details_pb2, status_pb2
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest, Severity
-from npu_resolver_client._convert import (
+from npu_resolver_client.wire import (
     LimitError,
     catalog_to_proto,
     config_from_wire,
     diff_to_proto,
+    pb,
     product_to_proto,
     request_from_proto,
     violation_field,
 )
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
 
 from . import _logging
 from ._cache import Answer, AnswerCache

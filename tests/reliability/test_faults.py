@@ -34,7 +34,7 @@ from benchmarks.load import (
 )
 from npu_resolver import ResolveRequest
 from npu_resolver_client import AsyncResolverClient, ResolverClientError
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import pb
 from tests._server import ProcessServer, ThreadServer
 from tests.reliability._common import Figures, field
 

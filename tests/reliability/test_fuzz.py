@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 from npu_resolver import CATALOG, PRODUCTS, Code, Resolution, ResolveRequest, resolve
 from npu_resolver._options import NAMED_ENV_VARS
 from npu_resolver_client import ResolveError, ResolverClient, ResolverClientError
-from npu_resolver_client._convert import LimitError, request_from_proto, request_to_proto
-from npu_resolver_client._proto.npu.resolver.v1 import resolver_pb2 as pb
+from npu_resolver_client.wire import LimitError, pb, request_from_proto, request_to_proto
 from npu_resolver_server.settings import DEFAULT_MAX_STRUCT_DEPTH, DEFAULT_MAX_STRUCT_KEYS
 from tests._server import ThreadServer
 from tests.reliability._common import Figures
