@@ -4,6 +4,7 @@ server and on the command line; never an exception, never INTERNAL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -200,3 +201,39 @@ def test_the_client_refuses_other_fields_that_are_not_text_naming_them(
                 call()
             assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
             assert "surrogate" in info.value.details
+
+
+@pytest.mark.parametrize("value", [b"x", {1, 2}, object(), {"k": [b"x"]}], ids=repr)
+def test_the_client_refuses_a_config_value_json_cannot_carry_naming_its_option(
+    grpc_target: str,  # noqa: F811
+    value: Any,
+) -> None:
+    """In process such a value is an INVALID_VALUE on its option; the wire cannot carry it,
+    so every client call refuses it before sending, naming the option, never a TypeError."""
+    from npu_resolver_client import AsyncResolverClient, ResolverCallError, ResolverClient
+
+    request_ = ResolveRequest("atlas-a2", {"hccl_timeout": 600, "dump_config": value})
+    assert [d.option for d in resolve(request_).errors] == ["dump_config"]
+
+    def refused(info: pytest.ExceptionInfo[ResolverCallError]) -> None:
+        assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "config.dump_config holds a value JSON cannot carry" in info.value.details
+        assert "not sent" in info.value.details
+
+    with ResolverClient(grpc_target) as client:
+        for call in (
+            lambda: client.resolve_request(request_),
+            lambda: client.resolve_batch([request_]),
+            lambda: client.diff(request_, ["atlas-a2", "atlas-a3"]),
+        ):
+            with pytest.raises(ResolverCallError) as info:
+                call()
+            refused(info)
+
+    async def asynchronous() -> None:
+        async with AsyncResolverClient(grpc_target) as client:
+            with pytest.raises(ResolverCallError) as info:
+                await client.resolve_request(request_)
+            refused(info)
+
+    asyncio.run(asynchronous())

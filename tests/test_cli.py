@@ -400,7 +400,7 @@ def test_configs_and_attachments_without_a_size_are_read_only_up_to_the_limit(
     assert proc.returncode == 2 and "is larger than 4194304 bytes" in proc.stderr
     proc = run("resolve", "--product", "atlas-a2", "--config", "-", stdin='"' + "a" * 5_000_000)
     assert proc.returncode == 2
-    assert "config - is larger than 4194304 bytes" in proc.stderr
+    assert "config from standard input is larger than 4194304 bytes" in proc.stderr
     assert "Unterminated" not in proc.stderr
     proc = run(
         "resolve", "--product", "atlas-a2", "--set", "op_debug_config=/x",
@@ -412,18 +412,42 @@ def test_configs_and_attachments_without_a_size_are_read_only_up_to_the_limit(
     assert "Traceback" not in proc.stderr
 
 
-def test_json_nested_too_deeply_for_the_decoder_is_unreadable_input(tmp_path: Path) -> None:
-    deep = "[" * 5000 + "]" * 5000
+def test_json_nested_too_deeply_for_the_decoder_is_refused_as_any_config_too_deep(
+    tmp_path: Path,
+    grpc_target: str,
+) -> None:
+    """Valid JSON deeper than Python's json can read (a config file or a --set value): the
+    report of a config nested too deep (INVALID_VALUE on `config`, exit 1), the one a server
+    gives for the same JSON, not a usage error; 25 levels and 5,000 answer alike."""
     config = tmp_path / "deep.json"
-    config.write_text('{"dump_config": ' + deep + "}", encoding="utf-8")
-    for args in (
-        ("resolve", "--product", "atlas-a2", "--config", str(config)),
-        ("resolve", "--product", "atlas-a2", "--set", f"dump_config={deep}"),
-        ("diff", "--product", "atlas-a2", "atlas-training", "--config", str(config)),
-    ):
-        proc = run(*args)
-        assert proc.returncode == 2, args
-        assert "nested too deeply" in proc.stderr and "Traceback" not in proc.stderr
+    for levels in (25, 5000):
+        deep = "[" * levels + "]" * levels
+        config.write_text('{"dump_config": ' + deep + "}", encoding="utf-8")
+        for args in (
+            ("resolve", "--product", "atlas-a2", "--config", str(config), "--format", "json"),
+            (
+                "resolve",
+                "--product",
+                "atlas-a2",
+                "--set",
+                f"dump_config={deep}",
+                "--format",
+                "json",
+            ),
+            ("diff", "--product", "atlas-a2", "atlas-training", "--config", str(config), "--json"),
+        ):
+            local = run(*args)
+            assert local.returncode == 1, (levels, args, local.stderr)
+            assert (
+                "nested deeper than 18 levels" in local.stdout and "Traceback" not in local.stderr
+            )
+            if args[0] == "resolve":
+                diagnostics = json.loads(local.stdout)["diagnostics"]
+                assert [(d["code"], d["option"]) for d in diagnostics] == [
+                    ("INVALID_VALUE", "config")
+                ]
+            remote = run(*args, "--server", grpc_target)
+            assert (remote.returncode, remote.stdout) == (local.returncode, local.stdout), args
 
 
 def test_a_refusal_without_a_report_exits_2_through_a_server(grpc_target: str) -> None:
@@ -602,3 +626,85 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
     assert proc.returncode == 2
     assert "a diff needs 2 or more products" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--workers", "0"], "--workers (or NPU_RESOLVER_WORKERS) 0: must be greater than"),
+        (
+            ["--max-message-bytes", "10"],
+            "--max-message-bytes (or NPU_RESOLVER_MAX_MESSAGE_BYTES) 10",
+        ),
+        (["--tls-cert", "{tmp}/cert.pem"], "--tls-cert and --tls-key go together"),
+        (
+            ["--admin-token-file", "{tmp}/missing"],
+            "--admin-token-file {tmp}/missing does not exist",
+        ),
+        (["--tls-cert", "{tmp}", "--tls-key", "{tmp}/k"], "--tls-cert {tmp} is not a regular file"),
+    ],
+)
+def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """Before anything starts: exit 2, one line naming the flag, no validation library's
+    wording ("Value error", "Input should be") and no traceback."""
+    proc = run("serve", "--port", "0", *(a.format(tmp=tmp_path) for a in args))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("npu-resolve serve: ")
+    assert said.format(tmp=tmp_path) in proc.stderr
+    for leaked in ("Value error", "Input should", "Traceback", "Errno"):
+        assert leaked not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (["resolve", "--product", "atlas-a2", "--bogus"], "usage: npu-resolve resolve "),
+        (["policy", "check", "p.toml", "--bogus"], "usage: npu-resolve policy check "),
+        (["explain", "hccl_timeout", "--bogus"], "usage: npu-resolve explain "),
+    ],
+)
+def test_an_unknown_flag_shows_the_usage_of_its_subcommand(args: list[str], usage: str) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(usage)
+    assert "unrecognized arguments: --bogus" in proc.stderr
+
+
+def test_explain_names_the_known_products_and_the_closest_for_an_unknown_one() -> None:
+    """The words resolve uses for an unknown product."""
+    proc = run("explain", "hccl_timeout", "--product", "atlas-a4")
+    assert proc.returncode == 2
+    assert "product 'atlas-a4' is not recognized; use one of atlas-350, atlas-a3" in proc.stderr
+    assert "Did you mean 'atlas-a3'?" in proc.stderr
+
+
+def test_the_table_says_the_type_asked_when_only_the_type_differs(tmp_path: Path) -> None:
+    """aoe_mode 2 is read as '2': both print as 2, so the table names what was asked; and a
+    long path name still lines up with the others."""
+    config = tmp_path / "c.json"
+    config.write_text('{"aoe_mode": 2, "hcom_parallel": "true", "hccl_timeout": 600}')
+    proc = run("resolve", "--product", "atlas-training", "--config", str(config))
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert "requested 2 (as a number)" in lines["aoe_mode"]
+    assert "requested true (as a string)" in lines["hcom_parallel"]
+    assert "requested 600;" in lines["hccl_timeout"]  # 544: the values differ, nothing to add
+    proc = run("resolve", "--product", "atlas-a2", "--set", "external_weight=true")
+    paths = proc.stdout.split("\npaths\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len({len(line) - len(line.split()[-1]) for line in paths}) == 1, paths
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", "hccl_timeout=1", "--set", "hccl_timeout=2"],
+        ["--set", "hccl_timeout=1", "hccl_timeout=2"],
+        ["--env", "HCCL_EXEC_TIMEOUT=1", "--env", "HCCL_EXEC_TIMEOUT=2"],
+    ],
+)
+def test_a_name_given_twice_on_the_command_line_is_refused(args: list[str]) -> None:
+    """As a config file naming a key twice: which value was meant cannot be told."""
+    proc = run("resolve", "--product", "atlas-a2", *args)
+    assert proc.returncode == 2
+    assert "is given twice ('1' and '2'); give it once" in proc.stderr

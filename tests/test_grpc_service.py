@@ -243,6 +243,26 @@ def test_validate_only_reports_a_config_too_deep_to_read_with_status_ok(
     assert [(d.code, d.option) for d in report.errors] == [(Code.INVALID_VALUE, "config")]
 
 
+@pytest.mark.parametrize("levels", [995, 5_000])
+def test_a_config_too_deep_for_json_to_write_is_refused_as_in_process(
+    client: ResolverClient, levels: int
+) -> None:
+    """Deeper than Python's json writer can follow: still the in-process INVALID_VALUE on
+    `config`, from resolve, validate_only and a batch alike, never a RecursionError."""
+    request_ = ResolveRequest("atlas-a2", {"dump_config": _nested(levels), "hccl_timeout": 600})
+    local = npu_resolver.resolve(request_)
+    assert [(d.code, d.option) for d in local.errors] == [(Code.INVALID_VALUE, "config")]
+    with pytest.raises(ResolveError) as info:
+        client.resolve_request(request_)
+    assert info.value.resolution is not None
+    assert info.value.resolution.to_json() == local.to_json()
+    report = client.resolve_request(replace_validate(request_))
+    assert report.to_json() == npu_resolver.resolve(replace_validate(request_)).to_json()
+    (item,) = client.resolve_batch([request_])
+    assert isinstance(item, ResolveFailure) and item.resolution is not None
+    assert item.resolution.to_json() == local.to_json()
+
+
 def test_an_object_the_server_reads_is_judged_as_in_process(client: ResolverClient) -> None:
     """Every depth the wire carries is one the core judges itself, so both say the same."""
     for levels in (MAX_OBJECT_DEPTH - 1, MAX_OBJECT_DEPTH):
@@ -265,6 +285,25 @@ def test_diff(client: ResolverClient) -> None:
         local.to_json(), sort_keys=True
     )
     assert "hccl_timeout" in [row.option for row in remote.differing]
+
+
+@pytest.mark.parametrize("config_json", ["{", '{"a": 1, "a": 2}', "[1]"])
+def test_diff_of_a_config_it_cannot_read_is_a_report_of_every_column(
+    grpc_target: str,  # noqa: F811
+    config_json: str,
+) -> None:
+    """As Resolve answers a config it cannot read with a report, so does Diff: each column
+    refuses the config (INVALID_VALUE on `config`), not the whole call."""
+    products = ["atlas-a2", "Atlas 300I Duo", "atlas-a2", "bogus"]
+    message = pb.DiffRequest(products=products, config_json=config_json)
+    with grpc.insecure_channel(grpc_target) as channel:
+        reply = pb_grpc.ResolverStub(channel).Diff(message, timeout=10)
+    assert list(reply.products) == ["atlas-a2", "atlas-300i-duo", "bogus"]
+    for pid in reply.products:
+        result = reply.results[pid]
+        assert not result.ok and not result.options
+        assert [(d.code, d.option) for d in result.diagnostics] == [("INVALID_VALUE", "config")]
+    assert reply.results["atlas-300i-duo"].product == "atlas-300i-duo"
 
 
 @pytest.mark.parametrize("products", [["atlas-a2"], []])
@@ -295,10 +334,11 @@ def test_diff_says_too_few_products_before_reading_the_config(
     assert "2 or more products" in error.details()
 
 
-def test_diff_takes_a_product_name_that_is_not_text_as_an_unknown_column() -> None:
-    result = npu_resolver.diff(ResolveRequest(product=""), [None, "atlas-a2"])  # type: ignore[list-item]
-    assert result.products == (None, "atlas-a2")  # type: ignore[comparison-overlap]
-    assert result.results[None].codes() == ["UNKNOWN_PRODUCT"]  # type: ignore[index]
+def test_diff_refuses_a_product_name_that_is_not_a_str_with_a_type_error() -> None:
+    """As ResolveRequest refuses a product that is not a str: a mistake in the caller's code,
+    said where it is made (not an exception from deep inside, nor a column named None)."""
+    with pytest.raises(TypeError, match="a diff's product names are str, not NoneType"):
+        npu_resolver.diff(ResolveRequest(product=""), [None, "atlas-a2"])  # type: ignore[list-item]
 
 
 def test_diff_of_two_names_of_one_product_is_one_column(client: ResolverClient) -> None:
@@ -790,6 +830,41 @@ def test_cli_reaches_a_server_that_wants_mutual_tls_and_a_token(
         assert proc.returncode == 0, proc.stderr
     proc = run("resolve", "--product", "atlas-a2", "--tls-ca", str(certs["ca"]))
     assert proc.returncode == 2 and "go with --server" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--tls-ca", "--tls-cert", "--tls-key"])
+def test_a_credential_file_that_is_not_pem_is_unreadable_input_not_an_unreachable_server(
+    tmp_path: Path, certs: dict[str, Path], flag: str
+) -> None:
+    """gRPC takes only PEM; anything else would fail at the first call as UNAVAILABLE (exit 3,
+    with gRPC's own log lines). It is refused before any call: exit 2 naming the flag, and a
+    ValueError from the client's constructor."""
+    from tests.test_cli import run
+
+    not_pem = tmp_path / "der.bin"
+    not_pem.write_bytes(b"0\x82\x01\x0a notapem")
+    given = {
+        "--tls-ca": certs["ca"],
+        "--tls-cert": certs["client_cert"],
+        "--tls-key": certs["client_key"],
+    }
+    given[flag] = not_pem
+    args = [item for pair in given.items() for item in (pair[0], str(pair[1]))]
+    proc = run("resolve", "--product", "atlas-a2", "--server", f"127.0.0.1:{free_port()}", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag} {not_pem} is not PEM text" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unreachable" not in proc.stderr
+    param = {"--tls-ca": "root_certificates", "--tls-cert": "certificate_chain"}.get(
+        flag, "private_key"
+    )
+    credentials = {
+        "root_certificates": certs["ca"],
+        "certificate_chain": certs["client_cert"],
+        "private_key": certs["client_key"],
+        param: not_pem,
+    }
+    with pytest.raises(ValueError, match=f"{param} is not PEM text"):
+        ResolverClient("127.0.0.1:1", **credentials)  # type: ignore[arg-type]
 
 
 def test_wait_for_ready_bridges_a_server_that_starts_late() -> None:

@@ -227,3 +227,29 @@ def test_a_profile_may_lock_an_option_of_the_default_profile_to_another_value() 
     )
     plain = resolve(ResolveRequest("atlas-a2"), policy=policy)
     assert plain.options["enable_exception_dump"] == 1
+
+
+def test_r_qdm_1_r_buf_1_a_policy_value_the_mode_lacks_is_said_to_be_the_policys() -> None:
+    """The caller never wrote it and cannot remove it: the warning names the policy's table and
+    gives no advice to remove it; in the mode it is for, it applies."""
+    policy = parse_policy(
+        '[profiles.default.products.atlas-a2.defaults]\nquant_dumpable = "1"\n'
+        '[profiles.default.products.atlas-a2.locked]\nbuffer_optimize = "l2_optimize"\n',
+        "p.toml",
+    )
+    training = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
+    dropped = {d.option: d for d in training.warnings}
+    assert "quant_dumpable" not in training.options and "buffer_optimize" not in training.options
+    for name, rule, table in (
+        ("quant_dumpable", "R-QDM-1", "default from [profiles.default.products.atlas-a2.defaults]"),
+        ("buffer_optimize", "R-BUF-1", "locked from [profiles.default.products.atlas-a2.locked]"),
+    ):
+        diagnostic = dropped[name]
+        assert (diagnostic.code, diagnostic.rule) == ("DROPPED_UNSUPPORTED_MODE", rule)
+        assert diagnostic.message.startswith(f"the policy sets {name} ({table}), but ")
+        assert "remove" not in diagnostic.message
+    inference = resolve(
+        ResolveRequest(product="atlas-a2", config={"graph_run_mode": 0}), policy=policy
+    )
+    assert inference.options["quant_dumpable"] == "1"
+    assert inference.options["buffer_optimize"] == "l2_optimize"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +171,65 @@ def test_paths_are_named_and_ordered_as_path_keys_says(request: ResolveRequest) 
     in that order."""
     paths = list(resolve(request).paths)
     assert paths == [key for key in PATH_KEYS if key in paths]
+
+
+def _deep_tuple(levels: int) -> tuple[Any, ...]:
+    value: tuple[Any, ...] = ()
+    for _ in range(levels):
+        value = (value,)
+    return value
+
+
+class _UnprintableError(Exception):
+    pass
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise _UnprintableError
+
+    __str__ = __repr__
+
+
+NOT_JSON = [b"x", {1, 2}, (1, 2), _deep_tuple(100_000), _Unprintable(), complex(1, 2)]
+
+
+@pytest.mark.parametrize("value", NOT_JSON, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("option", ["hccl_timeout", "precision_mode", "debug_dir", "dump_config"])
+def test_python_values_json_cannot_hold_are_an_invalid_value_on_their_option(
+    option: str, value: Any
+) -> None:
+    """In process a config may hold any Python object, as a value or inside an object value;
+    the answer is an INVALID_VALUE on the option, never an exception (nor one that only
+    shows when the answer is hashed or turned into JSON)."""
+    for config in ({option: value}, {option: {"k": value}}, {option: {"k": [1, {"j": value}]}}):
+        result = resolve(ResolveRequest(product="atlas-a2", config=config))
+        assert [(d.code, d.option) for d in result.errors] == [("INVALID_VALUE", option)], config
+        json.dumps(result.to_json())
+
+
+def test_config_keys_that_are_not_text_are_unknown_options_named_briefly() -> None:
+    config: dict[Any, Any] = {_deep_tuple(100_000): 1, _Unprintable(): 2, b"hccl_timeout": 3}
+    result = resolve(ResolveRequest(product="atlas-a2", config=config))
+    assert [d.code for d in result.errors] == ["UNKNOWN_OPTION"] * 3
+    assert all(len(d.option) <= 100 for d in result.errors)
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"product": b"atlas-a2"}, "ResolveRequest.product must be a str, not bytes"),
+        ({"workdir": None}, "ResolveRequest.workdir must be a str, not NoneType"),
+        ({"strict": 1}, "ResolveRequest.strict must be a bool, not int"),
+        ({"config": [("hccl_timeout", 1)]}, "ResolveRequest.config must be a mapping, not list"),
+        ({"env": {"HCCL_EXEC_TIMEOUT": 600}}, "ResolveRequest.env maps str to str; it holds a str"),
+        ({"attachments": {"op_debug_config": b"x"}}, "ResolveRequest.attachments maps str to str"),
+    ],
+)
+def test_a_request_field_of_the_wrong_type_is_a_type_error_naming_it(
+    fields: dict[str, Any], said: str
+) -> None:
+    """Every field but the config has one type: a mistake in the caller's code, said where it
+    is made rather than as an AttributeError deep in the resolver."""
+    with pytest.raises(TypeError, match=re.escape(said)):
+        ResolveRequest(**{"product": "atlas-a2", **fields})

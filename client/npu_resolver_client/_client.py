@@ -30,7 +30,7 @@ from google.protobuf import message
 from npu_resolver import DiffResult, Product, Resolution, ResolveRequest
 
 from ._convert import (
-    NotTextError,
+    NotSendableError,
     catalog_from_proto,
     check_text,
     config_to_json,
@@ -236,6 +236,15 @@ def checked_token(token: str) -> str:
     return token
 
 
+def checked_pem(what: str, data: bytes | None) -> bytes | None:
+    """Certificates and keys as gRPC takes them, PEM text. Anything else (DER, a path given as
+    bytes, an empty file) fails only at the first call, as if the server could not be reached:
+    it is a ValueError here, where the mistake is made."""
+    if data is not None and not (b"-----BEGIN " in data and b"-----END " in data):
+        raise ValueError(f"{what} is not PEM text (no -----BEGIN and -----END lines)")
+    return data
+
+
 def _report_request(message: pb.ResolveRequest) -> pb.ResolveRequest:
     """The same request, asking for the report in the reply body (status OK)."""
     again = pb.ResolveRequest()
@@ -259,36 +268,33 @@ def _report_ask(
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
-    _sendable(request)
-    message = pb.DiffRequest(
+    try:
+        check_text(request)
+        config_json = config_to_json(request.config)
+    except NotSendableError as exc:
+        raise _not_sent(exc) from None
+    return pb.DiffRequest(
         products=list(products),
         env=dict(request.env),
         workdir=request.workdir,
         profile=request.profile,
         strict=request.strict,
         attachments=dict(request.attachments),
+        config_json=config_json,
     )
-    message.config_json = config_to_json(request.config)
-    return message
 
 
-def _not_sent(exc: NotTextError) -> ResolverCallError:
-    """A request with a field that is not Unicode text is refused before any call, as the
-    server would refuse it (INVALID_ARGUMENT), with the field named."""
+def _not_sent(exc: NotSendableError) -> ResolverCallError:
+    """A request the wire cannot carry (text that is not Unicode outside the config, a value
+    JSON cannot hold) is refused before any call, as a server would refuse what it cannot
+    read (INVALID_ARGUMENT), with the field named."""
     return ResolverCallError(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
-
-
-def _sendable(request: ResolveRequest) -> None:
-    try:
-        check_text(request)
-    except NotTextError as exc:
-        raise _not_sent(exc) from None
 
 
 def _to_proto(request: ResolveRequest) -> pb.ResolveRequest:
     try:
         return request_to_proto(request)
-    except NotTextError as exc:
+    except NotSendableError as exc:
         raise _not_sent(exc) from None
 
 
@@ -373,9 +379,9 @@ class _Settings:
         self.target = target
         self.timeout = timeout
         self.tls = root_certificates is not None or private_key is not None
-        self.root_certificates = _read(root_certificates)
-        self.private_key = _read(private_key)
-        self.certificate_chain = _read(certificate_chain)
+        self.root_certificates = checked_pem("root_certificates", _read(root_certificates))
+        self.private_key = checked_pem("private_key", _read(private_key))
+        self.certificate_chain = checked_pem("certificate_chain", _read(certificate_chain))
         self.metadata = _bearer(token)
         self.options = channel_options(max_message_bytes, options)
         self.wait_for_ready = wait_for_ready

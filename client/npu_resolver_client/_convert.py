@@ -30,8 +30,8 @@ from npu_resolver import (
     Severity,
     Source,
 )
-from npu_resolver._model import is_text, loads_json, printable
-from npu_resolver._values import config_refusal, config_shape
+from npu_resolver._model import DuplicateKeyError, is_text, loads_json, printable
+from npu_resolver._values import config_refusal, config_shape, cut_deep, key_text
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
@@ -168,10 +168,33 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     so that the server's resolver refuses them on their option as the one in process does."""
     if not config:
         return ""
-    text = json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"))
+    data = dict(config)
+    try:
+        try:
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        except RecursionError:  # deeper than the writer can follow: past every limit, so it
+            data = cut_deep(data)  # is sent cut short, and refused as too deep all the same
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # bytes, a set, any object, a circular reference
+        raise NotSendableError(_not_json(data)) from None
     if not is_text(text):  # a lone surrogate travels as its "\ud800" escape, for the server
-        text = json.dumps(dict(config), separators=(",", ":"))  # to refuse on its option
+        text = json.dumps(data, separators=(",", ":"))  # to refuse on its option
     return text
+
+
+def _not_json(config: Mapping[Any, JSON]) -> str:
+    """Which option of a config holds what JSON cannot carry (the resolver in process reports
+    it as an INVALID_VALUE on that option; the wire cannot carry it to a server)."""
+    for name, value in config.items():
+        try:
+            json.dumps({name: cut_deep(value)})
+        except (TypeError, ValueError):
+            return (
+                f"config.{printable(key_text(name))} holds a value JSON cannot carry (bytes, a "
+                "set, an object...); send JSON values only: objects, lists, strings, numbers, "
+                "true, false, null"
+            )
+    return "the config holds a value JSON cannot carry"
 
 
 def violation_field(option: str) -> str:
@@ -182,7 +205,11 @@ def violation_field(option: str) -> str:
     return f"config.{option}"
 
 
-class NotTextError(ValueError):
+class NotSendableError(ValueError):
+    """A request holds what the wire cannot carry: refused before any call, naming the field."""
+
+
+class NotTextError(NotSendableError):
     """A string the request sends outside its config holds a lone UTF-16 surrogate: it is not
     Unicode text, so protobuf cannot carry it. (Inside the config it travels escaped, and the
     resolver refuses it on its option, as in process.)"""
@@ -241,6 +268,8 @@ def config_from_wire(
         data = loads_json(text)
     except RecursionError:
         raise LimitError(config_refusal(f"nested deeper than {max_depth} levels")) from None
+    except DuplicateKeyError as exc:
+        raise LimitError(f"{where}_json: {exc}; write each key once") from None
     except ValueError as exc:
         if isinstance(exc, LimitError):
             raise

@@ -32,6 +32,7 @@ _LAZY = {
     "DiffError": "_diff",
     "check_diff_products": "_diff",
     "diff_columns": "_diff",
+    "diff_of": "_diff",
     "DiffResult": "_diff",
     "DiffRow": "_diff",
     "diff": "_diff",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
         check_diff_products,
         diff,
         diff_columns,
+        diff_of,
     )
     from ._policy import (
         Policy,
@@ -112,6 +114,7 @@ __all__ = [
     "describe_option",
     "diff",
     "diff_columns",
+    "diff_of",
     "fingerprint",
     "list_products",
     "load_policy",

@@ -25,10 +25,13 @@ class DiffError(ValueError):
 
 
 def diff_columns(products: Sequence[str]) -> list[str]:
-    """The columns of a diff: each product once, by its canonical id (an unknown name, or one
-    that is not text, stands as given and gets an UNKNOWN_PRODUCT column)."""
-    names = ((product_id(n) if isinstance(n, str) else None) or n for n in products)
-    return list(dict.fromkeys(names))
+    """The columns of a diff: each product once, by its canonical id (an unknown name stands
+    as given and gets an UNKNOWN_PRODUCT column). A name that is not a str is a TypeError, as
+    a ResolveRequest's product is."""
+    for name in products:
+        if type(name) is not str:
+            raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
+    return list(dict.fromkeys(product_id(n) or n for n in products))
 
 
 def check_diff_products(products: Sequence[str]) -> None:
@@ -91,10 +94,21 @@ def diff(
     Raises DiffError when fewer than two products are named; an unknown product is a column
     whose result carries UNKNOWN_PRODUCT."""
     check_diff_products(products)
-    results: dict[str, Resolution] = {}
     # A product named twice, by id or alias, is one column, resolved once.
-    for product in diff_columns(products):
-        result = resolve(replace(request, product=product), catalog=catalog, policy=policy)
+    return diff_of(
+        [
+            (product, resolve(replace(request, product=product), catalog=catalog, policy=policy))
+            for product in diff_columns(products)
+        ],
+        catalog=catalog,
+    )
+
+
+def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CATALOG) -> DiffResult:
+    """Resolutions already made, one per column with the product name it was asked for, lined
+    up option by option (a server's answer when the config cannot be read at all is one)."""
+    results: dict[str, Resolution] = {}
+    for product, result in columns:
         results[result.product or product] = result
     rows = []
     for option in catalog.options:

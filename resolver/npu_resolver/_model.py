@@ -230,6 +230,10 @@ class Provenance:
         )
 
 
+def _kind(request: ResolveRequest, name: str) -> str:
+    return type(getattr(request, name)).__name__
+
+
 def unset() -> Any:
     """The marker for 'no requested value' in Provenance."""
     return _UNSET
@@ -247,6 +251,28 @@ class ResolveRequest:
     strict: bool = False
     validate_only: bool = False
     attachments: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Every field but the config has one type, checked here (a TypeError naming the
+        field); the config may hold anything, and the resolver reports what it cannot take."""
+        for name in ("product", "workdir", "profile"):
+            if type(getattr(self, name)) is not str:
+                raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
+        for name in ("strict", "validate_only"):
+            if type(getattr(self, name)) is not bool:
+                raise TypeError(f"ResolveRequest.{name} must be a bool, not {_kind(self, name)}")
+        if not isinstance(self.config, Mapping):
+            raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
+        for name in ("env", "attachments"):
+            entries = getattr(self, name)
+            if not isinstance(entries, Mapping):
+                raise TypeError(f"ResolveRequest.{name} must be a mapping, not {_kind(self, name)}")
+            for key, value in entries.items():
+                if type(key) is not str or type(value) is not str:
+                    raise TypeError(
+                        f"ResolveRequest.{name} maps str to str; it holds a "
+                        f"{type(key).__name__} key with a {type(value).__name__} value"
+                    )
 
     def to_json(self) -> dict[str, JSON]:
         return {

@@ -34,7 +34,7 @@ from ._precedence import apply_precedence, effective_mode
 from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyLayer, PolicyLike, Slot, State
-from ._values import Problem, config_refusal, config_shape, parse, show
+from ._values import Problem, config_refusal, config_shape, key_text, parse, show
 
 MAX_CONFIG_KEYS: Final = 512
 _EMPTY_LAYER: Final = PolicyLayer(locked={}, defaults={})
@@ -79,7 +79,7 @@ def config_refused(
     return unresolved(product, diagnostic, policy_version=policy_version, catalog=catalog)
 
 
-def _unknown_product(text: str) -> Diagnostic:
+def unknown_product(text: str) -> Diagnostic:
     close = difflib.get_close_matches(alias_key(text), _ALIAS_WORDS, n=1, cutoff=0.6)
     return Diagnostic(
         Severity.ERROR,
@@ -122,7 +122,7 @@ def _read_config(
     try:
         names = sorted(request.config)
     except TypeError:  # keys that are not all strings: still a structured answer
-        names = sorted(request.config, key=str)
+        names = sorted(request.config, key=key_text)
     for name in names:
         raw = request.config[name]
         view = views.get(name)
@@ -130,7 +130,7 @@ def _read_config(
             explicit[name] = (raw, raw)
             continue
         if view is None:
-            shown = printable(str(name)[:100])
+            shown = printable(key_text(name)[:100])
             suggestion = catalog.suggest(shown)
             hint = (
                 f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
@@ -273,19 +273,19 @@ def resolve(
 ) -> Resolution:
     """Resolve one request. Never raises on caller input: problems are diagnostics."""
     policy_version = policy.version if policy is not None else ""
-    shape = config_shape(request.config) if isinstance(request.config, dict) else None
+    shape = config_shape(request.config)
     if shape is not None:
         return config_refused(
-            request.product if isinstance(request.product, str) else "",
+            request.product,
             config_refusal(shape),
             policy_version=policy_version,
             catalog=catalog,
         )
-    pid = product_id(request.product) if isinstance(request.product, str) else None
+    pid = product_id(request.product)
     if pid is None:
         return unresolved(
             "",
-            _unknown_product(str(request.product)),
+            unknown_product(request.product),
             policy_version=policy_version,
             catalog=catalog,
         )

@@ -109,6 +109,14 @@ def via_env(var: str, lead: str, message: str) -> str:
     return f"{lead}, but {message[:1].lower()}{message[1:]}".replace("remove it", f"unset {var}")
 
 
+def via_policy(detail: str, name: str, message: str) -> str:
+    """A drop message for an option the policy set: it says so, and where (the caller never
+    wrote it, and a policy table cannot tell one request's mode or rules apart), with no advice
+    to remove what the caller cannot."""
+    why = message.rsplit("; ", 1)[0] if "; " in message else message.rstrip(".")
+    return f"the policy sets {name} ({detail}), but {why[:1].lower()}{why[1:]}; not applied here."
+
+
 @dataclass(slots=True)
 class State:
     pid: str
@@ -166,6 +174,8 @@ class State:
         if slot is not None and slot.is_set and not slot.all_products:
             if slot.source is Source.ENV:  # the caller never wrote the option itself
                 message = via_env(slot.env_var, f"{slot.env_var} sets {name}", message)
+            elif slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+                message = via_policy(slot.detail, name, message)
             self.emit(code, name, rule, message)
 
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:

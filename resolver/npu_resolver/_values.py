@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import reprlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,6 +26,10 @@ MAX_CONFIG_DEPTH: Final = MAX_OBJECT_DEPTH + 2
 value may have, so that an option one level too deep is reported on that option."""
 MAX_CONFIG_ITEMS: Final = 10_000
 """Keys and list items in a whole config, all levels together."""
+CUT_DEPTH: Final = 4 * MAX_CONFIG_DEPTH
+"""Past the depth the core reads and any reasonable server limit. A config deeper than Python's
+json can read or write (about a thousand levels) travels cut there: every reader refuses it as
+nested too deep all the same, so the answer is the one in process."""
 MAX_SHOWN: Final = 60
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
@@ -67,7 +73,27 @@ def _json_text(value: JSON) -> str:
         return "{...}" if value else "{}"
     if isinstance(value, list):
         return "[...]" if value else "[]"
-    return str(value)
+    if isinstance(value, int | float):
+        return str(value)
+    try:  # bytes, a tuple, any object (in process only): shown briefly, never walked deep
+        return _BRIEF.repr(value)
+    except Exception:  # a __repr__ of the caller's own that fails
+        return f"<{type(value).__name__}>"
+
+
+_BRIEF: Final = reprlib.Repr()
+_BRIEF.maxlevel = 2
+
+
+def key_text(key: object) -> str:
+    """A config key as messages name it: a key that is not text (possible in process only) is
+    shown briefly, never walked deep."""
+    if type(key) is str:
+        return key
+    try:
+        return _BRIEF.repr(key)
+    except Exception:  # a __repr__ of the caller's own that fails
+        return f"<{type(key).__name__}>"
 
 
 def _unfit(value: JSON) -> str | None:
@@ -85,26 +111,54 @@ def _unfit(value: JSON) -> str | None:
                 try:
                     keys = "".join(item)
                 except TypeError:  # keys that are not all strings (possible in process only)
-                    keys = "".join(key for key in item if type(key) is str)
+                    return "with text keys only (JSON object keys are strings)"
                 if not keys.isascii() and not is_text(keys):
                     return _NOT_TEXT
                 following.extend(item.values())
             elif isinstance(item, list):
                 following.extend(item)
-            elif type(item) is str:
+            elif isinstance(item, str):
                 if not item.isascii() and not is_text(item):
                     return _NOT_TEXT
-            elif type(item) is int:
+            elif item is None or isinstance(item, bool):
+                pass
+            elif isinstance(item, int):
                 if not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
                     return "free of integers beyond ±2^53 (JSON numbers cannot carry them exactly)"
-            elif type(item) is float and not math.isfinite(item):
-                return "free of NaN and infinities (JSON has no such numbers)"
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    return "free of NaN and infinities (JSON has no such numbers)"
+            else:  # bytes, a tuple, a set, any other object: possible in process only
+                return _NOT_JSON
         level = following
         depth += 1
     return None
 
 
 _NOT_TEXT: Final = "free of lone UTF-16 surrogates"
+_NOT_JSON: Final = (
+    "made of JSON values only (objects, lists, strings, numbers, true, false, null; not bytes, "
+    "tuples, sets or other objects)"
+)
+
+
+def cut_deep(value: JSON, depth: int = CUT_DEPTH) -> JSON:
+    """`value` with every object or list below `depth` levels left empty."""
+    if isinstance(value, dict):
+        return {k: cut_deep(v, depth - 1) for k, v in value.items()} if depth > 1 else {}
+    if isinstance(value, list | tuple):
+        return [cut_deep(v, depth - 1) for v in value] if depth > 1 else []
+    return value
+
+
+def too_deep_value() -> JSON:
+    """A stand-in for JSON too deep to be read at all (a config or one option's value): it makes
+    the config refused as nested too deep, in process and by a server alike, as the JSON itself
+    would."""
+    chain: JSON = {}
+    for _ in range(CUT_DEPTH):
+        chain = {"": chain}
+    return chain
 
 
 def config_refusal(shape: str) -> str:
@@ -116,7 +170,7 @@ _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union 
 
 
 def config_shape(
-    config: dict[str, JSON],
+    config: Mapping[str, JSON],
     *,
     max_depth: int = MAX_CONFIG_DEPTH,
     max_items: int = MAX_CONFIG_ITEMS,
@@ -144,11 +198,16 @@ def config_shape(
     return None
 
 
-def _invalid(option: Option, value: JSON, expected: str, suggestion: str = "") -> Problem:
+def _invalid(
+    option: Option, value: JSON, expected: str, suggestion: str = "", *, fix: str = ""
+) -> Problem:
+    """`fix`: what to do, when it is more than "set" what is expected (said once, without the
+    reason in parentheses)."""
+    todo = fix or f"set {expected.partition(' (')[0]}"
     return Problem(
         Code.INVALID_VALUE,
         option.rule,
-        f"{option.name} {show(value)} is not {expected}; set {expected}.",
+        f"{option.name} {show(value)} is not {expected}; {todo}.",
         suggestion,
     )
 
@@ -177,7 +236,13 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
     if kind in (OptType.STR, OptType.PATH):
         if isinstance(raw, str):
             if not is_text(raw):
-                return _invalid(option, raw, f"a string {_NOT_TEXT}")
+                return _invalid(
+                    option,
+                    raw,
+                    f"a string {_NOT_TEXT}",
+                    fix="write each character whole (a lone surrogate such as \\ud800 is half "
+                    "of one)",
+                )
             return raw, False
         if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
             return str(raw).lower(), True

@@ -128,10 +128,16 @@ def settings_from_args(namespace: argparse.Namespace) -> ServerSettings:
 
 
 def _explain(error: ValidationError) -> str:
+    """Each problem as the flag (or NPU_RESOLVER_* variable) that set it, in plain words."""
     lines = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        lines.append(f"{where}: {item['msg']}" if where else str(item["msg"]))
+        message = str(item["msg"]).removeprefix("Value error, ")
+        message = message.replace("Input should be", "must be")
+        if item["loc"]:
+            name = str(item["loc"][0])
+            flag = f"--{name.replace('_', '-')} (or {ENV_PREFIX}{name.upper()})"
+            message = f"{flag} {item['input']}: {message}"
+        lines.append(message)
     return "; ".join(lines)
 
 

@@ -438,6 +438,9 @@ class ResolverService:
                 "products",
                 "TOO_MANY_PRODUCTS",
             )
+        # Each column once; two names of one product still make a diff, as in process.
+        names = products if len(products) > 1 else list(request.products[:2])
+        policy = self._policy()
         # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
         # resolver in process reports it.
         try:
@@ -448,20 +451,24 @@ class ResolverService:
                 max_depth=self.limits.max_depth,
                 max_keys=self.limits.max_keys,
             )
-        except LimitError as exc:
-            raise _RefusedError(str(exc), "config", "REQUEST_LIMIT") from None
-        core_request = ResolveRequest(
-            product=products[0] if products else "",
-            config=config,
-            env=dict(request.env),
-            workdir=request.workdir,
-            profile=request.profile,
-            strict=request.strict,
-            attachments=dict(request.attachments),
-        )
-        # Each column once; two names of one product still make a diff, as in process.
-        names = products if len(products) > 1 else list(request.products[:2])
-        result = npu_resolver.diff(core_request, names, policy=self._policy())
+        except LimitError as exc:  # as in Resolve: a report, every column refusing the config
+            version = policy.version if policy is not None else ""
+            refused = [
+                (name, npu_resolver.config_refused(name, str(exc), policy_version=version))
+                for name in npu_resolver.diff_columns(names)
+            ]
+            result = npu_resolver.diff_of(refused)
+        else:
+            core_request = ResolveRequest(
+                product=products[0] if products else "",
+                config=config,
+                env=dict(request.env),
+                workdir=request.workdir,
+                profile=request.profile,
+                strict=request.strict,
+                attachments=dict(request.attachments),
+            )
+            result = npu_resolver.diff(core_request, names, policy=policy)
         response = diff_to_proto(result)
         if self.metrics is not None:
             for resolution in result.results.values():

@@ -89,6 +89,15 @@ class ServerSettings(BaseSettings):
         ports = [p for p in (self.port, self.metrics_port, self.health_port) if p]
         if len(ports) != len(set(ports)):
             raise ValueError("--port, --metrics-port and --health-port must differ")
+        for flag, path in (
+            ("--tls-cert", self.tls_cert),
+            ("--tls-key", self.tls_key),
+            ("--tls-client-ca", self.tls_client_ca),
+            ("--admin-token-file", self.admin_token_file),
+        ):  # read once at start: a wrong path is said here, naming its flag
+            if path is not None and not path.is_file():
+                problem = "is not a regular file" if path.exists() else "does not exist"
+                raise ValueError(f"{flag} {path} {problem}")
         return self
 
     @property

@@ -29,7 +29,7 @@ from .._model import (
 )
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
-from .._values import BOOL_TEXTS
+from .._values import BOOL_TEXTS, too_deep_value
 from ._render import (
     FORMATS,
     object_options,
@@ -57,15 +57,44 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         raise UsageError(message)
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an unknown flag is refused with the usage of the subcommand it
+        was given to, not the top-level one."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            _command_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the (sub)command `args` were parsed for."""
+    while True:
+        action = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        name = getattr(args, action.dest, None) if action is not None else None
+        if action is None or name is None:
+            return parser
+        parser = action.choices[name]
+
 
 def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
-    pairs = []
+    """NAME=VALUE items; a name given twice is refused, as a config naming a key twice is:
+    which of the two was meant cannot be told."""
+    pairs: dict[str, str] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UsageError(f"{flag} expects NAME=VALUE, got {item!r}")
-        pairs.append((name.strip(), value))
-    return pairs
+        name = name.strip()
+        if name in pairs:
+            raise UsageError(
+                f"{flag} {name} is given twice ({pairs[name]!r} and {value!r}); give it once"
+            )
+        pairs[name] = value
+    return list(pairs.items())
 
 
 class _TooDeepError(ValueError):
@@ -88,7 +117,9 @@ def _typed(name: str, text: str) -> JSON:
         return text
     try:
         return _loads(text)
-    except (DuplicateKeyError, _TooDeepError) as exc:
+    except _TooDeepError:  # valid JSON, refused as too deep like any value nested too deep
+        return too_deep_value()
+    except DuplicateKeyError as exc:
         raise UsageError(f"--set {name}: {exc}") from None
     except json.JSONDecodeError:
         # The texts the core reads as a bool, and only those ('tRuE' stays text and is
@@ -96,6 +127,11 @@ def _typed(name: str, text: str) -> JSON:
         if option.type is OptType.BOOL and text.strip() in BOOL_TEXTS:
             return BOOL_TEXTS[text.strip()]
         return text
+
+
+def _named(path: str) -> str:
+    """A file as messages name it: "-" is standard input."""
+    return "from standard input" if path == "-" else path
 
 
 def _read_at_most(path: str, what: str, size: int) -> bytes:
@@ -115,7 +151,7 @@ def _read_at_most(path: str, what: str, size: int) -> bytes:
             return file.read(size)
     except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UsageError(f"cannot read {what} {path}: {reason}") from exc
+        raise UsageError(f"cannot read {what} {_named(path)}: {reason}") from exc
 
 
 def _read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
@@ -123,7 +159,7 @@ def _read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     know, never all of it."""
     data = _read_at_most(path, what, limit + 1)
     if len(data) > limit:
-        raise UsageError(f"{what} {path} is larger than {limit} bytes")
+        raise UsageError(f"{what} {_named(path)} is larger than {limit} bytes")
     return data
 
 
@@ -133,15 +169,17 @@ def _read_config(path: str | None) -> dict[str, JSON]:
     try:  # utf-8-sig: a byte-order mark some editors write is not part of the JSON
         text = _read_limited(path, "config").decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"cannot read config {path}: {exc}") from exc
+        raise UsageError(f"cannot read config {_named(path)}: {exc}") from exc
     try:
         data = _loads(text)
-    except _TooDeepError as exc:
-        raise UsageError(f"config {path} is {exc}") from exc
-    except ValueError as exc:  # not JSON, or a key written twice
-        raise UsageError(f"config {path} is not JSON: {exc}") from exc
+    except _TooDeepError:  # valid JSON, refused as too deep like any config nested too deep
+        return {"": too_deep_value()}
+    except DuplicateKeyError as exc:
+        raise UsageError(f"config {_named(path)}: {exc}; write each key once") from exc
+    except ValueError as exc:
+        raise UsageError(f"config {_named(path)} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise UsageError(f"config {path} must be a JSON object of option name to value")
+        raise UsageError(f"config {_named(path)} must be a JSON object of option name to value")
     return data
 
 
@@ -256,15 +294,16 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
         if not path:
             continue
         data = _read_limited(path, "--" + flag.replace("_", "-"))
-        if param == "token":
-            from npu_resolver_client._client import checked_token  # the client's own rule
+        from npu_resolver_client._client import checked_pem, checked_token  # the client's rules
 
-            try:
+        named = f"--{flag.replace('_', '-')} {path}"
+        try:
+            if param == "token":
                 found[param] = checked_token(data.decode("utf-8", "replace"))
-            except ValueError as exc:
-                raise UsageError(f"--token-file {path}: {exc}") from None
-        else:
-            found[param] = data
+            else:
+                found[param] = checked_pem(named, data)
+        except ValueError as exc:
+            raise UsageError(str(exc) if param != "token" else f"{named}: {exc}") from None
     if ("certificate_chain" in found) != ("private_key" in found):
         raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
     return found
@@ -494,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     resolve = sub.add_parser("resolve", help="resolve a config for one product")
     _resolve_arguments(resolve)
-    resolve.add_argument("--format", choices=FORMATS, default="table")
+    resolve.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: table)"
+    )
     resolve.add_argument(
         "--validate-only", action="store_true", help="report only (through a server: status OK)"
     )

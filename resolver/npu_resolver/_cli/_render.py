@@ -35,6 +35,24 @@ def _value_text(value: JSON) -> str:
     return shown(json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value)
 
 
+def _asked_text(asked: JSON, value: JSON) -> str:
+    """What was asked, with its JSON type when the value differs by type alone (2 for "2")."""
+    text = _value_text(asked)
+    if type(asked) is not type(value) and text == _value_text(value):
+        return f"{text} (as {_JSON_KINDS.get(type(asked), 'a ' + type(asked).__name__)})"
+    return text
+
+
+_JSON_KINDS: Final = {
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+}
+
+
 def _diagnostic_line(d: Diagnostic, colour: bool) -> str:
     tag = f"{d.severity.value:<7} {d.code.value}"
     if colour:
@@ -68,7 +86,7 @@ def render_table(result: Resolution, colour: bool = False) -> str:
     for name, text, prov in rows:
         extra = []
         if prov.has_requested:
-            extra.append(f"requested {_value_text(prov.requested)}")
+            extra.append(f"requested {_asked_text(prov.requested, result.options[name])}")
         if prov.env_var:
             extra.append(f"from {shown(prov.env_var)}")
         if prov.detail:
@@ -82,7 +100,10 @@ def render_table(result: Resolution, colour: bool = False) -> str:
     if result.paths:
         lines.append("")
         lines.append("paths")
-        lines += [f"  {shown(key):<19} {shown(value)}" for key, value in result.paths.items()]
+        width_key = max(len(shown(key)) for key in result.paths)
+        lines += [
+            f"  {shown(key):<{width_key}}  {shown(value)}" for key, value in result.paths.items()
+        ]
     if result.diagnostics:
         lines.append("")
         lines.append("diagnostics")
