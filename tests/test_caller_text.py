@@ -189,9 +189,17 @@ def test_the_client_refuses_other_fields_that_are_not_text_naming_them(
     request_: ResolveRequest,
 ) -> None:
     """Protobuf cannot carry them: a clear client error, not a UnicodeEncodeError."""
+    for details in _refused_by_every_call(grpc_target, request_):
+        assert "surrogate" in details
+
+
+def _refused_by_every_call(target: str, request_: ResolveRequest) -> list[str]:
+    """The details of the INVALID_ARGUMENT each blocking call (resolve, batch, diff) raises
+    for `request_` without sending it."""
     from npu_resolver_client import ResolverCallError, ResolverClient
 
-    with ResolverClient(grpc_target) as client:
+    said = []
+    with ResolverClient(target) as client:
         for call in (
             lambda: client.resolve_request(request_),
             lambda: client.resolve_batch([request_]),
@@ -200,7 +208,8 @@ def test_the_client_refuses_other_fields_that_are_not_text_naming_them(
             with pytest.raises(ResolverCallError) as info:
                 call()
             assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
-            assert "surrogate" in info.value.details
+            said.append(info.value.details)
+    return said
 
 
 @pytest.mark.parametrize("value", [b"x", {1, 2}, object(), {"k": [b"x"]}], ids=repr)
@@ -210,30 +219,19 @@ def test_the_client_refuses_a_config_value_json_cannot_carry_naming_its_option(
 ) -> None:
     """In process such a value is an INVALID_VALUE on its option; the wire cannot carry it,
     so every client call refuses it before sending, naming the option, never a TypeError."""
-    from npu_resolver_client import AsyncResolverClient, ResolverCallError, ResolverClient
+    from npu_resolver_client import AsyncResolverClient, ResolverCallError
 
     request_ = ResolveRequest("atlas-a2", {"hccl_timeout": 600, "dump_config": value})
     assert [d.option for d in resolve(request_).errors] == ["dump_config"]
 
-    def refused(info: pytest.ExceptionInfo[ResolverCallError]) -> None:
-        assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
-        assert "config.dump_config holds a value JSON cannot carry" in info.value.details
-        assert "not sent" in info.value.details
-
-    with ResolverClient(grpc_target) as client:
-        for call in (
-            lambda: client.resolve_request(request_),
-            lambda: client.resolve_batch([request_]),
-            lambda: client.diff(request_, ["atlas-a2", "atlas-a3"]),
-        ):
-            with pytest.raises(ResolverCallError) as info:
-                call()
-            refused(info)
-
-    async def asynchronous() -> None:
+    async def asynchronous() -> str:
         async with AsyncResolverClient(grpc_target) as client:
             with pytest.raises(ResolverCallError) as info:
                 await client.resolve_request(request_)
-            refused(info)
+        assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        return info.value.details
 
-    asyncio.run(asynchronous())
+    said = [*_refused_by_every_call(grpc_target, request_), asyncio.run(asynchronous())]
+    for details in said:
+        assert "config.dump_config holds a value JSON cannot carry" in details
+        assert details.endswith("; not sent")
