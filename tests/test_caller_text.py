@@ -235,3 +235,21 @@ def test_the_client_refuses_a_config_value_json_cannot_carry_naming_its_option(
     for details in said:
         assert "config.dump_config holds a value JSON cannot carry" in details
         assert details.endswith("; not sent")
+
+
+def test_the_client_refuses_a_request_that_is_not_a_resolve_request_with_a_type_error(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    from npu_resolver_client import ResolverClient
+
+    fields: Any = {"product": "atlas-a2", "config": {"hccl_timeout": 600}}
+    with ResolverClient(grpc_target) as client:
+        for call in (
+            lambda: client.resolve_request(fields),
+            lambda: client.resolve_batch([fields]),
+            lambda: client.diff(fields, ["atlas-a2", "atlas-a3"]),
+        ):
+            with pytest.raises(
+                TypeError, match="expected an npu_resolver.ResolveRequest, got dict"
+            ):
+                call()

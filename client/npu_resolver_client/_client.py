@@ -267,7 +267,18 @@ def _report_ask(
     return _report_request(message), remaining
 
 
+def _checked(request: object) -> None:
+    """A request that is not a ResolveRequest (a dict of its fields, say) is a TypeError here,
+    not an AttributeError from inside the conversion."""
+    if not isinstance(request, ResolveRequest):
+        raise TypeError(
+            f"expected an npu_resolver.ResolveRequest, got {type(request).__name__} (build one: "
+            "ResolveRequest(product=..., config=...), or call resolve(product, config))"
+        )
+
+
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
+    _checked(request)
     try:
         check_text(request)
         config_json = config_to_json(request.config)
@@ -292,6 +303,7 @@ def _not_sent(exc: NotSendableError) -> ResolverCallError:
 
 
 def _to_proto(request: ResolveRequest) -> pb.ResolveRequest:
+    _checked(request)
     try:
         return request_to_proto(request)
     except NotSendableError as exc:
