@@ -250,6 +250,6 @@ def test_the_client_refuses_a_request_that_is_not_a_resolve_request_with_a_type_
             lambda: client.diff(fields, ["atlas-a2", "atlas-a3"]),
         ):
             with pytest.raises(
-                TypeError, match="expected an npu_resolver.ResolveRequest, got dict"
+                TypeError, match=r"expected an npu_resolver\.ResolveRequest, got dict"
             ):
                 call()
