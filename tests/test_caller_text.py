@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from npu_resolver import Code, ResolveRequest, resolve
-from npu_resolver_client.wire import pb
+from npu_resolver_client.wire import NotSendableError, pb, request_to_proto
 from tests._server import grpc_server, grpc_target  # noqa: F401
 from tests.test_cli import run
 
@@ -212,7 +212,11 @@ def _refused_by_every_call(target: str, request_: ResolveRequest) -> list[str]:
     return said
 
 
-@pytest.mark.parametrize("value", [b"x", {1, 2}, object(), {"k": [b"x"]}], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [b"x", {1, 2}, object(), {"k": [b"x"]}, {"k": (1, 2)}, {1: "a"}, [None, {2: 3}]],
+    ids=repr,
+)
 def test_the_client_refuses_a_config_value_json_cannot_carry_naming_its_option(
     grpc_target: str,  # noqa: F811
     value: Any,
@@ -233,8 +237,10 @@ def test_the_client_refuses_a_config_value_json_cannot_carry_naming_its_option(
 
     said = [*_refused_by_every_call(grpc_target, request_), asyncio.run(asynchronous())]
     for details in said:
-        assert "config.dump_config holds a value JSON cannot carry" in details
-        assert details.endswith("; not sent")
+        assert details.startswith("config.dump_config holds ")
+        assert "which JSON cannot carry" in details and details.endswith("; not sent")
+    with pytest.raises(NotSendableError, match=r"config\.dump_config holds "):
+        request_to_proto(request_, as_struct=True)  # the Struct form refuses it alike
 
 
 def test_the_client_refuses_a_request_that_is_not_a_resolve_request_with_a_type_error(

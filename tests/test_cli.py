@@ -641,7 +641,11 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
             ["--admin-token-file", "{tmp}/missing"],
             "--admin-token-file {tmp}/missing does not exist",
         ),
-        (["--tls-cert", "{tmp}", "--tls-key", "{tmp}/k"], "--tls-cert {tmp} is not a regular file"),
+        (["--tls-cert", "{tmp}", "--tls-key", "{tmp}/k"], "--tls-cert {tmp} is a directory"),
+        (
+            ["--tls-cert", "{tmp}/der", "--tls-key", "{tmp}/der"],
+            "--tls-cert {tmp}/der is not PEM text (no -----BEGIN line)",
+        ),
     ],
 )
 def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
@@ -649,6 +653,7 @@ def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
 ) -> None:
     """Before anything starts: exit 2, one line naming the flag, no validation library's
     wording ("Value error", "Input should be") and no traceback."""
+    (tmp_path / "der").write_bytes(b"0\x82\x01\x0a")
     proc = run("serve", "--port", "0", *(a.format(tmp=tmp_path) for a in args))
     assert proc.returncode == 2
     assert proc.stderr.startswith("npu-resolve serve: ")
@@ -708,3 +713,20 @@ def test_a_name_given_twice_on_the_command_line_is_refused(args: list[str]) -> N
     proc = run("resolve", "--product", "atlas-a2", *args)
     assert proc.returncode == 2
     assert "is given twice ('1' and '2'); give it once" in proc.stderr
+
+
+def test_a_deep_config_file_cut_short_is_not_json(tmp_path: Path) -> None:
+    """Too deep for the decoder and never closed: unreadable input (exit 2), not a config
+    refused as too deep, which only a whole text can be. As a --set value it is text, which
+    the option refuses as it refuses a shallow cut-short one."""
+    config = tmp_path / "cut.json"
+    config.write_text('{"dump_config": ' + "[" * 5000, encoding="utf-8")
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(config))
+    assert proc.returncode == 2
+    assert "brackets do not close" in proc.stderr and "Traceback" not in proc.stderr
+    for levels in (3, 5000):
+        code, answer = resolve_json("--product", "atlas-a2", "--set", "dump_config=" + "[" * levels)
+        assert code == 1
+        assert [(d["code"], d["option"]) for d in answer["diagnostics"]] == [
+            ("INVALID_VALUE", "dump_config")
+        ]

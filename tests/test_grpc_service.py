@@ -243,13 +243,22 @@ def test_validate_only_reports_a_config_too_deep_to_read_with_status_ok(
     assert [(d.code, d.option) for d in report.errors] == [(Code.INVALID_VALUE, "config")]
 
 
-@pytest.mark.parametrize("levels", [995, 5_000])
+def _cycle() -> list[Any]:
+    loop: list[Any] = []
+    loop.append({"again": loop})
+    return loop
+
+
+@pytest.mark.parametrize(
+    "value", [_nested(995), _nested(5_000), _cycle()], ids=["995", "5000", "cycle"]
+)
 def test_a_config_too_deep_for_json_to_write_is_refused_as_in_process(
-    client: ResolverClient, levels: int
+    client: ResolverClient, value: Any
 ) -> None:
-    """Deeper than Python's json writer can follow: still the in-process INVALID_VALUE on
-    `config`, from resolve, validate_only and a batch alike, never a RecursionError."""
-    request_ = ResolveRequest("atlas-a2", {"dump_config": _nested(levels), "hccl_timeout": 600})
+    """Deeper than Python's json writer can follow, or around a cycle: still the in-process
+    INVALID_VALUE on `config`, from resolve, validate_only and a batch alike, never a
+    RecursionError or a ValueError."""
+    request_ = ResolveRequest("atlas-a2", {"dump_config": value, "hccl_timeout": 600})
     local = npu_resolver.resolve(request_)
     assert [(d.code, d.option) for d in local.errors] == [(Code.INVALID_VALUE, "config")]
     with pytest.raises(ResolveError) as info:

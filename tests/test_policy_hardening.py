@@ -427,3 +427,13 @@ def test_reload_policy_checks_the_file_off_the_event_loop(tmp_path: Path) -> Non
                 reloading.join(10)
         assert answer.options["hccl_timeout"] == 3600  # the last good policy, at once
         assert client.resolve("atlas-a2").options["hccl_timeout"] == 7200
+
+
+def test_a_token_given_through_a_pipe_is_taken_at_start(tmp_path: Path) -> None:
+    """`--admin-token-file <(vault read ...)` names a pipe: the settings take it (the file is
+    read once, at start), as they take a regular file."""
+    from npu_resolver_server import load_settings
+
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    assert load_settings(admin_token_file=str(fifo)).admin_token_file == fifo

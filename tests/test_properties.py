@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import re
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 import pytest
@@ -220,7 +222,7 @@ def test_config_keys_that_are_not_text_are_unknown_options_named_briefly() -> No
     [
         ({"product": b"atlas-a2"}, "ResolveRequest.product must be a str, not bytes"),
         ({"workdir": None}, "ResolveRequest.workdir must be a str, not NoneType"),
-        ({"strict": 1}, "ResolveRequest.strict must be a bool, not int"),
+        ({"strict": 2}, "ResolveRequest.strict must be a bool, not 2"),
         ({"config": [("hccl_timeout", 1)]}, "ResolveRequest.config must be a mapping, not list"),
         ({"env": {"HCCL_EXEC_TIMEOUT": 600}}, "ResolveRequest.env maps str to str; it holds a str"),
         ({"attachments": {"op_debug_config": b"x"}}, "ResolveRequest.attachments maps str to str"),
@@ -233,3 +235,23 @@ def test_a_request_field_of_the_wrong_type_is_a_type_error_naming_it(
     is made rather than as an AttributeError deep in the resolver."""
     with pytest.raises(TypeError, match=re.escape(said)):
         ResolveRequest(**{"product": "atlas-a2", **fields})
+
+
+def test_str_and_bool_like_fields_and_mapping_values_of_other_classes_are_taken() -> None:
+    """A StrEnum product, 0/1 for a flag, an OrderedDict or defaultdict as an object value (as
+    json.loads with object_pairs_hook gives): taken as their plain forms, never an exception."""
+
+    class Product(enum.StrEnum):
+        A2 = "atlas-a2"
+
+    config = json.loads(
+        '{"dump_config": {"k": 1}, "hccl_timeout": 600}', object_pairs_hook=OrderedDict
+    )
+    config["distribute"] = defaultdict(list)
+    request = ResolveRequest(Product.A2, config, workdir=Product.A2, strict=1)  # type: ignore[arg-type]
+    assert request.strict is True
+    result = resolve(request)
+    assert result.ok and result.product == "atlas-a2"
+    assert result.options["dump_config"] == {"k": 1} and result.options["distribute"] == {}
+    plain = resolve(ResolveRequest("atlas-a2", json.loads(json.dumps(config)), workdir="atlas-a2"))
+    assert result.fingerprint == plain.fingerprint

@@ -31,7 +31,14 @@ from npu_resolver import (
     Source,
 )
 from npu_resolver._model import DuplicateKeyError, is_text, loads_json, printable
-from npu_resolver._values import config_refusal, config_shape, cut_deep, key_text
+from npu_resolver._values import (
+    CUT_DEPTH,
+    config_refusal,
+    config_shape,
+    cut_deep,
+    key_text,
+    not_json,
+)
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
@@ -168,33 +175,35 @@ def config_to_json(config: Mapping[str, JSON]) -> str:
     so that the server's resolver refuses them on their option as the one in process does."""
     if not config:
         return ""
-    data = dict(config)
-    try:
-        try:
-            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        except RecursionError:  # deeper than the writer can follow: past every limit, so it
-            data = cut_deep(data)  # is sent cut short, and refused as too deep all the same
-            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):  # bytes, a set, any object, a circular reference
-        raise NotSendableError(_not_json(data)) from None
+    data = wire_config(config)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     if not is_text(text):  # a lone surrogate travels as its "\ud800" escape, for the server
         text = json.dumps(data, separators=(",", ":"))  # to refuse on its option
     return text
 
 
-def _not_json(config: Mapping[Any, JSON]) -> str:
-    """Which option of a config holds what JSON cannot carry (the resolver in process reports
-    it as an INVALID_VALUE on that option; the wire cannot carry it to a server)."""
-    for name, value in config.items():
-        try:
-            json.dumps({name: cut_deep(value)})
-        except (TypeError, ValueError):
-            return (
-                f"config.{printable(key_text(name))} holds a value JSON cannot carry (bytes, a "
-                "set, an object...); send JSON values only: objects, lists, strings, numbers, "
-                "true, false, null"
+def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
+    """The config as it can travel, read by a server as the resolver in process reads it.
+    NotSendableError names an option holding what JSON cannot (a tuple, bytes, a set, any other
+    object, a key that is not text): json would change it silently, or fail. A config nested
+    deeper than any reader takes (or around a cycle) is cut there: refused as too deep all
+    the same, where json's writer would fail."""
+    data = dict(config)
+    for name, value in data.items():
+        if not isinstance(name, str):
+            raise NotSendableError(
+                f"config key {printable(key_text(name))} is not text; option names are strings"
             )
-    return "the config holds a value JSON cannot carry"
+        problem = not_json(value)
+        if problem is not None:
+            raise NotSendableError(
+                f"config.{printable(name)} holds {problem}, which JSON cannot carry; send JSON "
+                "values only: objects, lists, strings, numbers, true, false, null"
+            )
+    shape = config_shape(data)
+    if shape is not None and shape.startswith("nested"):
+        data = {name: cut_deep(value, CUT_DEPTH - 1) for name, value in data.items()}
+    return data
 
 
 def violation_field(option: str) -> str:
@@ -245,7 +254,7 @@ def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.
         attachments=dict(request.attachments),
     )
     if as_struct:
-        _fill_struct(message.config, request.config)
+        _fill_struct(message.config, wire_config(request.config))
     else:
         message.config_json = config_to_json(request.config)
     return message

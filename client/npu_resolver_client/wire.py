@@ -29,6 +29,7 @@ from ._convert import (
     resolution_from_proto,
     resolution_to_proto,
     violation_field,
+    wire_config,
 )
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
@@ -53,4 +54,5 @@ __all__ = [
     "resolution_from_proto",
     "resolution_to_proto",
     "violation_field",
+    "wire_config",
 ]

@@ -17,7 +17,7 @@ _MAX_FRAGMENTS: Final = 4096
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
-    if kind is dict or kind is list:
+    if kind is dict or kind is list or isinstance(value, dict | list):  # an OrderedDict too
         return f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)

@@ -58,7 +58,35 @@ def loads_json(text: str) -> Any:
     RecursionError, which each caller turns into its own refusal."""
     if text.startswith("\ufeff"):
         return json.loads(text, object_pairs_hook=unique_keys)  # refused: json's own message
-    return _JSON_DECODER.decode(text)
+    try:
+        return _JSON_DECODER.decode(text)
+    except RecursionError:
+        if not _brackets_close(text):  # cut short: not JSON, however deep it went
+            raise ValueError("its brackets do not close (the text is cut short)") from None
+        raise
+
+
+def _brackets_close(text: str) -> bool:
+    """Whether every [ and { outside strings is closed, in order: the decoder could not follow
+    the nesting, so this is how a deep text that is whole is told from a truncated one."""
+    stack: list[str] = []
+    closing = {"]": "[", "}": "{"}
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            stack.append(char)
+        elif char in closing and (not stack or stack.pop() != closing[char]):
+            return False
+    return not stack and not in_string
 
 
 def printable(value: str) -> str:
@@ -256,11 +284,14 @@ class ResolveRequest:
         """Every field but the config has one type, checked here (a TypeError naming the
         field); the config may hold anything, and the resolver reports what it cannot take."""
         for name in ("product", "workdir", "profile"):
-            if type(getattr(self, name)) is not str:
+            if not isinstance(getattr(self, name), str):
                 raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
         for name in ("strict", "validate_only"):
-            if type(getattr(self, name)) is not bool:
-                raise TypeError(f"ResolveRequest.{name} must be a bool, not {_kind(self, name)}")
+            flag = getattr(self, name)
+            if type(flag) is not bool:
+                if not (isinstance(flag, int) and flag in (0, 1)):
+                    raise TypeError(f"ResolveRequest.{name} must be a bool, not {flag!r}")
+                object.__setattr__(self, name, bool(flag))
         if not isinstance(self.config, Mapping):
             raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
         for name in ("env", "attachments"):
@@ -268,7 +299,7 @@ class ResolveRequest:
             if not isinstance(entries, Mapping):
                 raise TypeError(f"ResolveRequest.{name} must be a mapping, not {_kind(self, name)}")
             for key, value in entries.items():
-                if type(key) is not str or type(value) is not str:
+                if not (isinstance(key, str) and isinstance(value, str)):
                     raise TypeError(
                         f"ResolveRequest.{name} maps str to str; it holds a "
                         f"{type(key).__name__} key with a {type(value).__name__} value"

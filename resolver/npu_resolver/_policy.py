@@ -415,7 +415,7 @@ def policy_file_digest(path: str | Path) -> str:
     a loader of its own that does not give the hash of the bytes it read."""
     try:
         return content_digest(read_policy_bytes(path))
-    except PolicyReadError:
+    except (PolicyReadError, ValueError):  # ValueError: a path no file can have (a NUL)
         return ""
 
 

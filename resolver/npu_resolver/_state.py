@@ -109,12 +109,24 @@ def via_env(var: str, lead: str, message: str) -> str:
     return f"{lead}, but {message[:1].lower()}{message[1:]}".replace("remove it", f"unset {var}")
 
 
+_POLICY_ADVICE: Final = (
+    ("; remove it for this mode.", "; the policy's value does not act in this mode."),
+    ("; remove it for this product.", "; the policy's value does not act on this product."),
+    ("; remove it.", "; the policy's value does not act here."),
+)
+
+
 def via_policy(detail: str, name: str, message: str) -> str:
     """A drop message for an option the policy set: it says so, and where (the caller never
-    wrote it, and a policy table cannot tell one request's mode or rules apart), with no advice
-    to remove what the caller cannot."""
-    why = message.rsplit("; ", 1)[0] if "; " in message else message.rstrip(".")
-    return f"the policy sets {name} ({detail}), but {why[:1].lower()}{why[1:]}; not applied here."
+    wrote it); a gate's advice to remove the option, which the caller cannot follow and a
+    policy table written for every mode need not, becomes what happens to the value."""
+    for advice, instead in _POLICY_ADVICE:
+        if message.endswith(advice):
+            message = message[: -len(advice)] + instead
+            break
+    if "from the policy" in message:
+        return message
+    return f"the policy sets {name} ({detail}), but {message[:1].lower()}{message[1:]}"
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ else is an INVALID_VALUE or OUT_OF_RANGE error naming the option, the value and 
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import math
 import re
@@ -73,7 +74,7 @@ def _json_text(value: JSON) -> str:
         return "{...}" if value else "{}"
     if isinstance(value, list):
         return "[...]" if value else "[]"
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | datetime.date | datetime.time):  # TOML has dates
         return str(value)
     try:  # bytes, a tuple, any object (in process only): shown briefly, never walked deep
         return _BRIEF.repr(value)
@@ -88,8 +89,8 @@ _BRIEF.maxlevel = 2
 def key_text(key: object) -> str:
     """A config key as messages name it: a key that is not text (possible in process only) is
     shown briefly, never walked deep."""
-    if type(key) is str:
-        return key
+    if isinstance(key, str):
+        return str.__str__(key)
     try:
         return _BRIEF.repr(key)
     except Exception:  # a __repr__ of the caller's own that fails
@@ -128,18 +129,15 @@ def _unfit(value: JSON) -> str | None:
             elif isinstance(item, float):
                 if not math.isfinite(item):
                     return "free of NaN and infinities (JSON has no such numbers)"
-            else:  # bytes, a tuple, a set, any other object: possible in process only
-                return _NOT_JSON
+            else:  # bytes, a tuple, a set, a date, any other object: in process only
+                return f"{_NOT_JSON}; this one holds a {type(item).__name__}"
         level = following
         depth += 1
     return None
 
 
 _NOT_TEXT: Final = "free of lone UTF-16 surrogates"
-_NOT_JSON: Final = (
-    "made of JSON values only (objects, lists, strings, numbers, true, false, null; not bytes, "
-    "tuples, sets or other objects)"
-)
+_NOT_JSON: Final = "made of JSON values only (objects, lists, strings, numbers, true, false, null)"
 
 
 def cut_deep(value: JSON, depth: int = CUT_DEPTH) -> JSON:
@@ -159,6 +157,29 @@ def too_deep_value() -> JSON:
     for _ in range(CUT_DEPTH):
         chain = {"": chain}
     return chain
+
+
+def not_json(value: JSON) -> str | None:
+    """What in `value` JSON cannot hold as it is (a tuple, a set, bytes, any other object, an
+    object key that is not text), or None: what a client cannot send as the resolver in process
+    would read it. Level by level and bounded (a cycle is cut there, and refused as too deep)."""
+    level: list[JSON] = [value]
+    for _ in range(CUT_DEPTH):
+        following: list[JSON] = []
+        for item in level:
+            if isinstance(item, dict):
+                for key in item:
+                    if not isinstance(key, str):
+                        return f"an object key {key_text(key)} that is not text"
+                following.extend(item.values())
+            elif isinstance(item, list):
+                following.extend(item)
+            elif not (item is None or isinstance(item, str | int | float)):
+                return f"a {type(item).__name__}"
+        if not following:
+            return None
+        level = following
+    return None
 
 
 def config_refusal(shape: str) -> str:

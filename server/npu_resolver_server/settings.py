@@ -95,14 +95,32 @@ class ServerSettings(BaseSettings):
             ("--tls-client-ca", self.tls_client_ca),
             ("--admin-token-file", self.admin_token_file),
         ):  # read once at start: a wrong path is said here, naming its flag
-            if path is not None and not path.is_file():
-                problem = "is not a regular file" if path.exists() else "does not exist"
+            problem = _file_problem(path, pem=flag != "--admin-token-file")
+            if problem:
                 raise ValueError(f"{flag} {path} {problem}")
         return self
 
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+
+def _file_problem(path: Path | None, *, pem: bool) -> str:
+    """Why a file the server reads at start cannot serve, or "". A pipe (`<(vault read ...)`)
+    is taken as it is; a certificate or key in a regular file must be PEM, the only form gRPC
+    reads (anything else fails later as an address that cannot be bound)."""
+    if path is None:
+        return ""
+    if not path.exists():
+        return "does not exist"
+    if path.is_dir():
+        return "is a directory"
+    if pem and path.is_file():
+        with path.open("rb") as file:
+            head = file.read(1 << 20)
+        if b"-----BEGIN " not in head:
+            return "is not PEM text (no -----BEGIN line)"
+    return ""
 
 
 def load_settings(**overrides: object) -> ServerSettings:

@@ -121,7 +121,7 @@ def _typed(name: str, text: str) -> JSON:
         return too_deep_value()
     except DuplicateKeyError as exc:
         raise UsageError(f"--set {name}: {exc}") from None
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON (or cut short): the text itself, for the option to judge
         # The texts the core reads as a bool, and only those ('tRuE' stays text and is
         # refused as it would be in a config).
         if option.type is OptType.BOOL and text.strip() in BOOL_TEXTS:
