@@ -165,3 +165,49 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         assert len(server.events("worker_exited")) == 2
         assert all(e["code"] == 0 for e in server.events("worker_exited"))
         assert supervisor == server.pid
+
+
+def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> None:
+    """One worker answers the call; every worker reads the file (the watcher is slowed here,
+    so only the call can have told them)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n")
+    args = ["--workers", "2", "--policy", str(policy)]
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}
+    with ProcessServer(args, env=env) as server:
+        server.wait_for("serving", 2)
+        staged = tmp_path / "staged.toml"
+        staged.write_text("[profiles.default.defaults]\nhccl_timeout = 7200\n")
+        staged.replace(policy)
+        with ResolverClient(server.target) as client:
+            result = client.reload_policy()
+        assert result.changed and not result.error
+        reloaded = server.wait_for("policy_reloaded", 2)
+        assert {e["pid"] for e in reloaded} == {e["pid"] for e in server.events("serving")}
+        answers: dict[str, object] = {}
+        deadline = time.monotonic() + 20
+        while len(answers) < 2 and time.monotonic() < deadline:
+            with ResolverClient(server.target) as client:  # a new connection: any worker
+                answer = client.resolve("atlas-a2")
+                answers[client.last_server_pid] = answer.options["hccl_timeout"]
+        assert answers and set(answers.values()) == {7200}, answers
+        assert len(answers) == 2
+
+
+def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> None:
+    """Like a taken gRPC port: a start_failed line and exit 2, no traceback, with one worker
+    or several."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for workers in ("1", "2"):
+            server = ProcessServer(["--workers", workers, "--metrics-port", str(port)])
+            with pytest.raises(AssertionError):
+                server.start()
+            assert server.wait() == 2
+            failed = server.events("start_failed")
+            assert failed and f"metrics port {port}" in failed[0]["error"], server.raw
+            assert not any("Traceback" in line for line in server.raw)

@@ -601,6 +601,39 @@ def test_resolve_token_protection(tmp_path: Path) -> None:
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+@pytest.mark.parametrize(
+    ("header", "answered"),
+    [
+        ("Bearer t0k", True),
+        ("bearer t0k", True),  # the scheme is case-insensitive (RFC 9110)
+        ("BEARER  t0k ", True),
+        ("Bearer t0kX", False),
+        ("Basic t0k", False),
+        ("t0k", False),
+    ],
+)
+def test_the_bearer_scheme_is_read_as_http_reads_it(
+    tmp_path: Path, header: str, answered: bool
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0k")
+    settings = ServerSettings(port=0, admin_token_file=token_file, protect_resolve=True)
+    with ThreadServer(settings) as server, grpc.insecure_channel(server.target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        message = pb.ListProductsRequest()
+        if answered:
+            assert stub.ListProducts(message, metadata=(("authorization", header),), timeout=10)
+            return
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListProducts(message, metadata=(("authorization", header),), timeout=10)
+        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert info.value.details() == "the bearer token is not valid"
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListProducts(message, timeout=10)
+        # Not an admin call: the refusal does not say "admin".
+        assert info.value.details() == "this call needs the bearer token (authorization metadata)"
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import trustme

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -222,6 +223,9 @@ def create_server(
         limits=Limits(
             settings.max_struct_depth, settings.max_struct_keys, settings.max_message_bytes
         ),
+        # Under --workers, one worker answers the call: the supervisor's SIGHUP has every
+        # worker read the file, as a SIGHUP sent by hand does.
+        after_reload=_reload_every_worker if settings.workers > 1 else None,
     )
     interceptors = []
     if settings.admin_token_file is not None:
@@ -260,6 +264,11 @@ def create_server(
     return resolver_server
 
 
+def _reload_every_worker() -> None:
+    with contextlib.suppress(OSError):
+        os.kill(os.getppid(), signal.SIGHUP)
+
+
 async def serve(
     settings: ServerSettings, *, worker: int = 0, metrics: Metrics | None = None
 ) -> int:
@@ -267,10 +276,7 @@ async def serve(
     try:
         built = create_server(settings, metrics=metrics)
     except Exception as exc:  # bad policy, unreadable certificate, port taken
-        log.error(
-            "server could not start",
-            extra={"fields": {"event": "start_failed", "error": str(exc), "worker": worker}},
-        )
+        _start_failed(str(exc), worker)
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -306,6 +312,11 @@ async def serve(
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     await built.start()
+    if settings.policy is not None and settings.admin_token_file is None and worker == 0:
+        log.warning(
+            "ReloadPolicy is open to every caller that reaches the port",
+            extra={"fields": {"event": "reload_unprotected", "hint": "--admin-token-file"}},
+        )
     log.info(
         "serving",
         extra={
@@ -342,5 +353,16 @@ def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool
         if serve_metrics:
             from ._metrics import start_http
 
-            start_http(settings.metrics_port, settings.host)
+            try:
+                start_http(settings.metrics_port, settings.host)
+            except OSError as exc:  # the port is taken: a start failure like the gRPC port's
+                _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
+                return 2
     return asyncio.run(serve(settings, worker=worker, metrics=metrics))
+
+
+def _start_failed(error: str, worker: int) -> None:
+    log.error(
+        "server could not start",
+        extra={"fields": {"event": "start_failed", "error": error, "worker": worker}},
+    )

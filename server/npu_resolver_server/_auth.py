@@ -43,7 +43,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(
         self, token: str, *, protect_all: bool = False, on_refused: Refused | None = None
     ) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
         self._protect_all = protect_all
         self._on_refused = on_refused
         self._prefix = f"/{SERVICE}/"
@@ -66,11 +66,15 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     break
             method = handler_call_details.method[len(self._prefix) :]
             if not given:
+                which = "admin " if method in ADMIN_METHODS else ""
                 return _refuse(
-                    "this call needs the admin bearer token (authorization metadata)",
+                    f"this call needs the {which}bearer token (authorization metadata)",
                     method,
                     self._on_refused,
                 )
-            if not hmac.compare_digest(given, self._expected):
+            scheme, _, credential = given.strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credential.strip(), self._expected
+            ):
                 return _refuse("the bearer token is not valid", method, self._on_refused)
         return await continuation(handler_call_details)

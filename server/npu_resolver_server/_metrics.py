@@ -76,7 +76,7 @@ class Metrics:
             "npu_resolver_policy_info",
             "The policy version in force (value 1 on the current version's series).",
             ["version"],
-            multiprocess_mode="liveall",
+            multiprocess_mode="livemax",
             registry=registry,
         )
         self.reload_failures = Counter(

@@ -236,12 +236,21 @@ class PolicyStore:
         return self.reload()
 
     async def _watch(self, interval: float) -> None:
+        """Reload once a changed file has settled: the same identity (inode, size, mtime) at
+        two polls in a row, so that a file written in place in several writes is not read
+        half-written (a rename, as a ConfigMap's, is whole at once and waits one poll)."""
+        settling: FileId | None = None
         while True:
             await asyncio.sleep(interval)
             try:
                 file_id = self._identify()
                 if file_id is None or file_id == self._file_id:
+                    settling = None
                     continue
+                if file_id != settling:
+                    settling = file_id
+                    continue
+                settling = None
                 attempt = await asyncio.to_thread(self._attempt)
                 self._apply(attempt)
             except Exception:  # never let the watcher die

@@ -214,8 +214,12 @@ class ResolverService:
         cache: AnswerCache | None = None,
         metrics: Metrics | None = None,
         limits: Limits = Limits(),
+        after_reload: Callable[[], None] | None = None,
     ) -> None:
+        """`after_reload`: called after a ReloadPolicy call read the file (to reach the
+        other workers of a --workers server)."""
         self.store = store
+        self.after_reload = after_reload
         self.cache = cache if cache is not None else AnswerCache(0)
         self.metrics = metrics
         self.limits = limits
@@ -477,6 +481,7 @@ class ResolverService:
         return Answer(
             grpc.StatusCode.OK,
             payload=response.SerializeToString(),
+            ok=all(r.ok for r in result.results.values()),
             codes=tuple(codes),
             codes_counted=True,
         )
@@ -525,6 +530,8 @@ class ResolverService:
                 ok=False,
             )
         outcome = await self.store.reload_async()
+        if self.after_reload is not None and not outcome.error:
+            self.after_reload()
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )

@@ -137,14 +137,18 @@ class Supervisor:
                 os.kill(pid, signal.SIGTERM)
 
     def run(self) -> int:
+        if self.settings.metrics_port:  # before any worker: a taken port stops the start
+            from ._metrics import serve_multiprocess
+
+            try:
+                serve_multiprocess(self.settings.metrics_port, self.settings.host)
+            except OSError as exc:
+                _say("start_failed", error=f"metrics port {self.settings.metrics_port}: {exc}")
+                return START_FAILED
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._forward)
         for worker in range(self.settings.workers):
             self._spawn(worker)
-        if self.settings.metrics_port:
-            from ._metrics import serve_multiprocess
-
-            serve_multiprocess(self.settings.metrics_port, self.settings.host)
         while self.children or (self._pending and not self.stopping):
             self._reap()
             if self._pending and not self.stopping:
