@@ -12,12 +12,13 @@ from ._model import JSON, MAX_MEMO_TEXT
 
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
-    if kind is dict or kind is list or isinstance(value, dict | list):  # an OrderedDict too
+    if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
         return f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
