@@ -131,3 +131,19 @@ def test_description_gives_the_default_that_takes_effect_beside_the_documented_o
     assert options["shape_generalization_mode"]["effective_defaults"]["training"] is None
     assert options["graph_run_mode"]["effective_defaults"] == {"training": 1, "inference": 0}
     assert options["hccl_timeout"]["effective_defaults"] == {"training": 1836, "inference": 1836}
+
+
+def test_describe_takes_product_aliases_and_names_the_known_ones_for_an_unknown_product() -> None:
+    """describe_option and describe_catalog read a product as resolve does: an alias is its
+    product, an unknown name a ValueError in resolve's words, a name not a str a TypeError."""
+    from npu_resolver import describe_catalog, describe_option
+
+    option = CATALOG.by_name["hccl_timeout"]
+    assert list(describe_option(option, "Atlas A2")["products"]) == ["atlas-a2"]
+    assert describe_option(option, "Ascend910B3") == describe_option(option, "atlas-a2")
+    assert [p["id"] for p in describe_catalog("atlas a2")["products"]] == ["atlas-a2"]
+    for describe in (lambda p: describe_option(option, p), describe_catalog):
+        with pytest.raises(ValueError, match=r"not recognized; use one of .* 'atlas-a3'\?"):
+            describe("atlas-a4")
+        with pytest.raises(TypeError, match="not bytes"):
+            describe(b"atlas-a2")

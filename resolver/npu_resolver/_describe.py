@@ -80,10 +80,30 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
     }
 
 
+def _product(product: str | None) -> str | None:
+    """The canonical id of an id or alias (None for none); the words resolve uses for an
+    unknown one, as a ValueError, and a TypeError for a name that is not a str."""
+    if not product:
+        return None
+    if not isinstance(product, str):
+        raise TypeError(f"a product is named by a str, not {type(product).__name__}")
+    pid = product_id(product)
+    if pid is None:
+        from ._pipeline import unknown_product
+
+        unknown = unknown_product(product)
+        hint = f" Did you mean {unknown.suggestion!r}?" if unknown.suggestion else ""
+        raise ValueError(unknown.message + hint)
+    return pid
+
+
 def describe_option(
     option: Option, product: str | None = None, catalog: Catalog = CATALOG
 ) -> dict[str, Any]:
-    pids = [product] if product else [p.id for p in PRODUCTS]
+    """`product` (an id or alias) narrows the per-product part to one product; an unknown one
+    raises ValueError naming the known ids and the closest."""
+    pid = _product(product)
+    pids = [pid] if pid else [p.id for p in PRODUCTS]
     return {
         "name": option.name,
         "section": option.section.value,
@@ -104,14 +124,9 @@ def describe_catalog(product: str | None = None, catalog: Catalog = CATALOG) -> 
     """Every option with type, allowed values, defaults and gates per product, and rule ids.
 
     `product` (an id or alias) narrows the per-product part to one product; an unknown one
-    raises ValueError naming the known ids.
+    raises ValueError naming the known ids and the closest.
     """
-    pid = None
-    if product:
-        pid = product_id(product)
-        if pid is None:
-            known = ", ".join(p.id for p in PRODUCTS)
-            raise ValueError(f"product {product!r} is not recognized; use one of {known}")
+    pid = _product(product)
     return {
         "catalog_version": catalog.version,
         "products": [product_json(p) for p in PRODUCTS if pid is None or p.id == pid],

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 from .._catalog import CATALOG
 from .._describe import describe_option
 from .._model import CATALOG_VERSION, JSON
-from .._pipeline import unknown_product
-from .._products import product_id
 from .._rules import RULES
 from ._render import shown
 
@@ -47,15 +45,8 @@ def _value(value: JSON) -> str:
 
 
 def render_explain(name: str, product: str | None, *, as_json: bool = False) -> str:
-    pid = None
-    if product:
-        pid = product_id(product)
-        if pid is None:  # the words resolve uses: the known ids and the closest one
-            unknown = unknown_product(product)
-            hint = f" Did you mean {unknown.suggestion!r}?" if unknown.suggestion else ""
-            raise ValueError(unknown.message + hint)
     option = CATALOG.by_name[name]
-    described = describe_option(option, pid)
+    described = describe_option(option, product)  # ValueError naming the known products
     described["source_text"] = source_wording().get(name, "")
     fmt = _attachment_format(name)
     if fmt is not None:
