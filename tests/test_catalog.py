@@ -146,4 +146,4 @@ def test_describe_takes_product_aliases_and_names_the_known_ones_for_an_unknown_
         with pytest.raises(ValueError, match=r"not recognized; use one of .* 'atlas-a3'\?"):
             describe("atlas-a4")
         with pytest.raises(TypeError, match="not bytes"):
-            describe(b"atlas-a2")
+            describe(b"atlas-a2")  # type: ignore[arg-type]
