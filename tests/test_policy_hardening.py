@@ -437,3 +437,25 @@ def test_a_token_given_through_a_pipe_is_taken_at_start(tmp_path: Path) -> None:
     fifo = tmp_path / "token"
     os.mkfifo(fifo)
     assert load_settings(admin_token_file=str(fifo)).admin_token_file == fifo
+
+
+async def test_a_policy_file_that_is_gone_is_said_once_and_the_last_good_policy_stays(
+    tmp_path: Path,
+) -> None:
+    """A deleted policy file (a ConfigMap removed) is one failed reload, reported in the
+    status and the log, not a silent keep; when the file is back it is read again."""
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = store.version
+    store.start_watching(0.02)
+    try:
+        path.unlink()
+        await _until(lambda: store.failures == 1, "the missing file was never reported")
+        assert store.version == good and "cannot read" in store.last_error
+        await asyncio.sleep(0.3)  # 15 polls more: still one failure, not one per poll
+        assert store.failures == 1
+        _put(path, OTHER)
+        await _until(lambda: store.version != good, "the file that came back was never read")
+        assert store.version == parse_policy(OTHER).version and store.last_error == ""
+    finally:
+        await store.stop_watching()

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import npu_resolver
 from npu_resolver import PolicyLike
@@ -31,6 +32,13 @@ log = logging.getLogger("npu_resolver_server.policy")
 
 Loader = Callable[[Path], PolicyLike]
 FileId = tuple[str, int, int, int]
+
+
+class _Unset:
+    """No identity seen yet (a file that is gone has the identity None)."""
+
+
+_UNSET: Final = _Unset()
 
 
 def _default_loader(path: Path) -> PolicyLike:
@@ -238,19 +246,20 @@ class PolicyStore:
     async def _watch(self, interval: float) -> None:
         """Reload once a changed file has settled: the same identity (inode, size, mtime) at
         two polls in a row, so that a file written in place in several writes is not read
-        half-written (a rename, as a ConfigMap's, is whole at once and waits one poll)."""
-        settling: FileId | None = None
+        half-written (a rename, as a ConfigMap's, is whole at once and waits one poll). A file
+        that stays gone is a failed reload, said once: the last good policy stays."""
+        settling: FileId | _Unset | None = _UNSET
         while True:
             await asyncio.sleep(interval)
             try:
                 file_id = self._identify()
-                if file_id is None or file_id == self._file_id:
-                    settling = None
+                if file_id == self._file_id:
+                    settling = _UNSET
                     continue
                 if file_id != settling:
                     settling = file_id
                     continue
-                settling = None
+                settling = _UNSET
                 attempt = await asyncio.to_thread(self._attempt)
                 self._apply(attempt)
             except Exception:  # never let the watcher die
