@@ -253,3 +253,24 @@ def test_r_qdm_1_r_buf_1_a_policy_value_the_mode_lacks_is_said_to_be_the_policys
     )
     assert inference.options["quant_dumpable"] == "1"
     assert inference.options["buffer_optimize"] == "l2_optimize"
+
+
+def test_policy_check_names_the_defaults_a_lock_always_wins_over() -> None:
+    """A default the default profile's lock (held by every profile) or a lock of the same
+    table overrides can never act: the summary says so. One product's lock over a default
+    for every product is not flagged: the default still acts on the other products."""
+    policy = parse_policy(
+        "[profiles.default.locked]\nhccl_timeout = 3600\n"
+        "[profiles.gold.defaults]\nhccl_timeout = 7200\nop_wait_timeout = 100\n"
+        "[profiles.gold.products.atlas-a2.locked]\nop_wait_timeout = 200\n"
+        "[profiles.gold.products.atlas-a3.defaults]\nop_wait_timeout = 300\n"
+        "[profiles.gold.products.atlas-a3.locked]\nop_wait_timeout = 400\n",
+        "p.toml",
+    )
+    assert policy.summary()["defaults_that_never_act"] == [
+        "hccl_timeout default from [profiles.gold.defaults] never acts on any product: "
+        "it is locked from [profiles.default.locked]",
+        "op_wait_timeout default from [profiles.gold.products.atlas-a3.defaults] never acts "
+        "on atlas-a3: it is locked from [profiles.gold.products.atlas-a3.locked]",
+    ]
+    assert "defaults_that_never_act" not in parse_policy(EXAMPLE, "p.toml").summary()

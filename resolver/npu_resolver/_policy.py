@@ -126,7 +126,7 @@ class Policy:
         return tuple(sorted(self._profiles))
 
     def summary(self) -> dict[str, Any]:
-        return {
+        summary: dict[str, Any] = {
             "version": self.version,
             "source": self.source,
             "profiles": {
@@ -137,6 +137,28 @@ class Policy:
                 for name, profile in sorted(self._profiles.items())
             },
         }
+        shadowed = self.shadowed_defaults()
+        if shadowed:
+            summary["defaults_that_never_act"] = shadowed
+        return summary
+
+    def shadowed_defaults(self) -> list[str]:
+        """Defaults a lock of the same or a wider table always wins over (the profile's own,
+        or the default profile's, which every profile holds): they can never act, which is
+        most likely a mistake. (A default for every product that one product's lock overrides
+        still acts on the others, as meant.)"""
+        where: dict[tuple[str, str, str], list[str]] = {}
+        for (_, pid), layer in self._layers.items():
+            for key, entry in layer.defaults.items():
+                lock = layer.locked.get(key)
+                if lock is not None and (lock.all_products or not entry.all_products):
+                    where.setdefault((entry.detail, key, lock.detail), []).append(pid)
+        notes = []
+        for (default, key, locked), pids in sorted(where.items()):
+            named = [pid for pid in PRODUCT_IDS if pid in pids]
+            on = "any product" if len(named) == len(PRODUCT_IDS) else ", ".join(named)
+            notes.append(f"{key} {default} never acts on {on}: it is {locked}")
+        return notes
 
 
 def _check_value(
