@@ -172,10 +172,13 @@ def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> Non
     so only the call can have told them)."""
     policy = tmp_path / "policy.toml"
     policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n")
-    args = ["--workers", "2", "--policy", str(policy)]
+    metrics_port = free_port()
+    args = ["--workers", "2", "--policy", str(policy), "--metrics-port", str(metrics_port)]
     env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}
     with ProcessServer(args, env=env) as server:
         server.wait_for("serving", 2)
+        # No admin token: ReloadPolicy is open, and the server says so once.
+        assert len(server.events("reload_unprotected")) == 1
         staged = tmp_path / "staged.toml"
         staged.write_text("[profiles.default.defaults]\nhccl_timeout = 7200\n")
         staged.replace(policy)
@@ -192,6 +195,16 @@ def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> Non
                 answers[client.last_server_pid] = answer.options["hccl_timeout"]
         assert answers and set(answers.values()) == {7200}, answers
         assert len(answers) == 2
+        # One series per policy version across the workers; only the one in force reads 1.
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        info = [
+            line
+            for line in page.read().decode().splitlines()
+            if line.startswith("npu_resolver_policy_info{")
+        ]
+        assert len(info) == 2 and not any("pid=" in line for line in info), info
+        assert [line.rsplit(" ", 1)[1] for line in info if line.endswith(" 1.0")] == ["1.0"]
+        assert f'version="{result.version}"' in next(x for x in info if x.endswith(" 1.0"))
 
 
 def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> None:

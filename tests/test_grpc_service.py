@@ -315,6 +315,23 @@ def test_diff_of_a_config_it_cannot_read_is_a_report_of_every_column(
     assert reply.results["atlas-300i-duo"].product == "atlas-300i-duo"
 
 
+def test_diff_is_logged_and_counted_ok_only_when_every_column_is() -> None:
+    """The call log's `ok` (and the answer behind it) for a Diff: false when a column has an
+    error, as a batch with a failed item is."""
+    from npu_resolver_server import PolicyStore
+    from npu_resolver_server._servicer import ResolverService
+
+    service = ResolverService(PolicyStore())
+    context: Any = None
+    good = pb.DiffRequest(products=["atlas-a2", "atlas-a3"], config_json='{"hccl_timeout": 600}')
+    bad = pb.DiffRequest(
+        products=["atlas-a2", "atlas-training"], config_json='{"hccl_timeout": 17341}'
+    )
+    assert service.diff(good.SerializeToString(), context).ok is True
+    answer = service.diff(bad.SerializeToString(), context)
+    assert answer.code is grpc.StatusCode.OK and answer.ok is False
+
+
 @pytest.mark.parametrize("products", [["atlas-a2"], []])
 def test_diff_refuses_fewer_than_two_products(client: ResolverClient, products: list[str]) -> None:
     """One rule, the core's, in process and through a server alike."""
