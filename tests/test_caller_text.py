@@ -259,3 +259,27 @@ def test_the_client_refuses_a_request_that_is_not_a_resolve_request_with_a_type_
                 TypeError, match=r"expected an npu_resolver\.ResolveRequest, got dict"
             ):
                 call()
+
+
+@pytest.mark.parametrize("option", ["enable_scope_fusion_passes", "aoe_mode"])
+def test_a_text_option_given_an_integer_json_cannot_carry_is_refused_as_in_process(
+    grpc_target: str,  # noqa: F811
+    option: str,
+) -> None:
+    """Read as text it would be taken, but the answer repeats what was asked (provenance
+    `requested`), and past ±2^53 no JSON or Struct number carries it exactly: an INVALID_VALUE,
+    the same in process and through a server. Within the bound it is read as text."""
+    from npu_resolver_client import ResolveError, ResolverClient
+
+    huge = ResolveRequest("atlas-350", {option: 2**53 + 1})
+    local = resolve(huge)
+    assert [(d.code, d.option) for d in local.errors] == [(Code.INVALID_VALUE, option)]
+    assert f"write '{2**53 + 1}'" in local.errors[0].message
+    with ResolverClient(grpc_target) as client:
+        with pytest.raises(ResolveError) as info:
+            client.resolve_request(huge)
+        assert info.value.resolution is not None
+        assert info.value.resolution.to_json() == local.to_json()
+        if option != "aoe_mode":  # a choice option refuses any other text anyway
+            within = ResolveRequest("atlas-350", {option: 2**53})
+            assert client.resolve_request(within).to_json() == resolve(within).to_json()

@@ -302,6 +302,16 @@ def parse(
     option = view.option
     if view.accepts_as_is(raw):
         return Parsed(raw)
+    if (
+        type(raw) is int
+        and option.type is OptType.STR
+        and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT
+    ):
+        # Read as text it would be taken, but the answer repeats what was asked, and no JSON
+        # or Struct number carries this one exactly: refused as on an integer option.
+        return _invalid(
+            option, raw, "a number JSON can carry exactly (within ±2^53)", fix=f"write {str(raw)!r}"
+        )
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
         return coerced
