@@ -32,7 +32,6 @@ from npu_resolver import (
 )
 from npu_resolver._model import DuplicateKeyError, is_text, loads_json, printable
 from npu_resolver._values import (
-    CUT_DEPTH,
     config_refusal,
     config_shape,
     cut_deep,
@@ -202,7 +201,7 @@ def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
             )
     shape = config_shape(data)
     if shape is not None and shape.startswith("nested"):
-        data = {name: cut_deep(value, CUT_DEPTH - 1) for name, value in data.items()}
+        data = cut_deep(data)
     return data
 
 

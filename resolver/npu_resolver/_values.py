@@ -76,25 +76,25 @@ def _json_text(value: JSON) -> str:
         return "[...]" if value else "[]"
     if isinstance(value, int | float | datetime.date | datetime.time):  # TOML has dates
         return str(value)
-    try:  # bytes, a tuple, any object (in process only): shown briefly, never walked deep
-        return _BRIEF.repr(value)
-    except Exception:  # a __repr__ of the caller's own that fails
-        return f"<{type(value).__name__}>"
+    return _brief(value)
 
 
 _BRIEF: Final = reprlib.Repr()
 _BRIEF.maxlevel = 2
 
 
+def _brief(value: object) -> str:
+    """bytes, a tuple, any object (in process only): shown briefly, never walked deep."""
+    try:
+        return _BRIEF.repr(value)
+    except Exception:  # a __repr__ of the caller's own that fails
+        return f"<{type(value).__name__}>"
+
+
 def key_text(key: object) -> str:
     """A config key as messages name it: a key that is not text (possible in process only) is
     shown briefly, never walked deep."""
-    if isinstance(key, str):
-        return str.__str__(key)
-    try:
-        return _BRIEF.repr(key)
-    except Exception:  # a __repr__ of the caller's own that fails
-        return f"<{type(key).__name__}>"
+    return str.__str__(key) if isinstance(key, str) else _brief(key)
 
 
 def _unfit(value: JSON) -> str | None:
@@ -268,6 +268,15 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
         if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
             return str(raw).lower(), True
         if kind is OptType.STR and isinstance(raw, int) and not isinstance(raw, bool):
+            if not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
+                # As text it would be taken, but the answer repeats what was asked, and no
+                # JSON or Struct number carries this one exactly: refused as on an int option.
+                return _invalid(
+                    option,
+                    raw,
+                    "a number JSON can carry exactly (within ±2^53)",
+                    fix=f"write {str(raw)!r}",
+                )
             return str(raw), True
         if kind is OptType.STR and isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
             return str(int(raw)), True
@@ -302,16 +311,6 @@ def parse(
     option = view.option
     if view.accepts_as_is(raw):
         return Parsed(raw)
-    if (
-        type(raw) is int
-        and option.type is OptType.STR
-        and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT
-    ):
-        # Read as text it would be taken, but the answer repeats what was asked, and no JSON
-        # or Struct number carries this one exactly: refused as on an integer option.
-        return _invalid(
-            option, raw, "a number JSON can carry exactly (within ±2^53)", fix=f"write {str(raw)!r}"
-        )
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
         return coerced

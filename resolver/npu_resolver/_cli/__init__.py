@@ -288,15 +288,16 @@ _CREDENTIALS: Final = {
 
 def _credentials(args: argparse.Namespace) -> dict[str, Any]:
     """The client's TLS and token arguments, read from the files the flags name."""
+    from npu_resolver_client._client import checked_pem, checked_token  # the client's rules
+
     found: dict[str, Any] = {}
     for flag, param in {**_CREDENTIALS, "token_file": "token"}.items():
         path = getattr(args, flag, None)
         if not path:
             continue
-        data = _read_limited(path, "--" + flag.replace("_", "-"))
-        from npu_resolver_client._client import checked_pem, checked_token  # the client's rules
-
-        named = f"--{flag.replace('_', '-')} {path}"
+        option = "--" + flag.replace("_", "-")
+        data = _read_limited(path, option)
+        named = f"{option} {path}"
         try:
             if param == "token":
                 found[param] = checked_token(data.decode("utf-8", "replace"))
