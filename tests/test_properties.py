@@ -255,3 +255,21 @@ def test_str_and_bool_like_fields_and_mapping_values_of_other_classes_are_taken(
     assert result.options["dump_config"] == {"k": 1} and result.options["distribute"] == {}
     plain = resolve(ResolveRequest("atlas-a2", json.loads(json.dumps(config)), workdir="atlas-a2"))
     assert result.fingerprint == plain.fingerprint
+
+
+GRAMMARS = [o.validator for o in CATALOG.options if o.validator is not None]
+grammar_texts = st.one_of(
+    st.text(alphabet="0123456789|,:;~[]- getnextdaAIcoreEngineDNN_VM_AICPUPooling", max_size=30),
+    st.text(max_size=1100),  # past the memo's text bound too
+)
+
+
+@given(st.lists(grammar_texts, min_size=1, max_size=8))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_a_grammar_gives_the_same_verdict_whatever_was_asked_before(texts: list[str]) -> None:
+    """Grammar verdicts are kept from request to request; a kept one must be the one a fresh
+    check gives, for a text asked once or again, short or past the bound."""
+    for check in GRAMMARS:
+        fresh = getattr(check, "__wrapped__", check)
+        for text in [*texts, *texts]:
+            assert check(text) == fresh(text), (check.__name__, text)

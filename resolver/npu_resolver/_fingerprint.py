@@ -13,24 +13,24 @@ from ._model import JSON, MAX_MEMO_TEXT
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_canonical: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False
+).encode
+"""One encoder for every fragment: json.dumps with options builds a new one per call."""
 
 
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
     if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
-        return f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
+        return f"{_canonical(name)}:{_canonical(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
-        text = f"{json.dumps(name, ensure_ascii=False)}:{_canonical(value)}"
+        text = f"{_canonical(name)}:{_canonical(value)}"
         if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text
-
-
-def _canonical(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @lru_cache(maxsize=64)

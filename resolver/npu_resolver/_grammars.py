@@ -8,7 +8,33 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
+from functools import wraps
 from typing import Final
+
+from ._model import MAX_MEMO_TEXT
+
+Grammar = Callable[[str], str | None]
+MAX_MEMO_ENTRIES: Final = 2048
+"""Bound of each grammar's memo: the values a cluster's jobs keep sending are few."""
+
+
+def memoized(check: Grammar) -> Grammar:
+    """The same text recurs from job to job and its verdict never changes: keep the verdicts
+    of short texts (bounded), so that a grammar costs one look-up on the common path."""
+    known: dict[str, str | None] = {}
+
+    @wraps(check)
+    def verdict(value: str) -> str | None:
+        if value in known:
+            return known[value]
+        reason = check(value)
+        if len(value) <= MAX_MEMO_TEXT and len(known) < MAX_MEMO_ENTRIES:
+            known[value] = reason
+        return reason
+
+    return verdict
+
 
 _INT: Final = re.compile(r"[0-9]+")
 SMP_ENGINES: Final = ("DNN_VM_AICPU", "AIcoreEngine")
@@ -19,6 +45,7 @@ def _split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
 
+@memoized
 def stream_max_parallel_num(value: str) -> str | None:
     """R-SMP-1: 'ENGINE:N,ENGINE:N' with ENGINE DNN_VM_AICPU or AIcoreEngine and N >= 1."""
     seen: set[str] = set()
@@ -35,6 +62,7 @@ def stream_max_parallel_num(value: str) -> str | None:
     return None
 
 
+@memoized
 def aicore_num(value: str) -> str | None:
     """R-ACN-1: 'CUBE|VECTOR', both integers greater than 0."""
     cube, sep, vector = value.partition("|")
@@ -45,6 +73,7 @@ def aicore_num(value: str) -> str | None:
     return None
 
 
+@memoized
 def device_list(value: str) -> str | None:
     """R-LRI-1: comma-separated device ids."""
     for item in _split_list(value):
@@ -53,6 +82,7 @@ def device_list(value: str) -> str | None:
     return None
 
 
+@memoized
 def implmode_optypes(value: str) -> str | None:
     """R-DEP-5: comma-separated op types from the four the source supports."""
     for item in _split_list(value):
@@ -61,6 +91,7 @@ def implmode_optypes(value: str) -> str | None:
     return None
 
 
+@memoized
 def name_list(value: str) -> str | None:
     """R-ESF-1: comma-separated pass names, none empty."""
     if any(not item for item in _split_list(value)):
@@ -74,6 +105,7 @@ _SHAPES: Final = rf"{_SHAPE}(?:,{_SHAPE})*"
 _SHAPE_RANGE: Final = re.compile(rf"(getnext|data):{_SHAPES}(?:;(getnext|data):{_SHAPES})*")
 
 
+@memoized
 def shape_range(value: str) -> str | None:
     """R-DEP-8: 'getnext:[d,..],[d];data:[d]'; d an integer, -1 or a~b; [] for a scalar."""
     text = value.strip()
@@ -106,6 +138,7 @@ def path_char_ok(char: str) -> bool:
     return unicodedata.name(char, "").startswith(_IDEOGRAPH_NAMES)
 
 
+@memoized
 def path_chars(value: str) -> str | None:
     """R-FSF-1 / R-OCD-1: letters, digits, '_', '-', '.', Chinese characters; '/' separates."""
     if not value:
