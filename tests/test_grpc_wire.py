@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import math
@@ -288,3 +289,32 @@ def test_struct_numbers_are_read_as_json_reads_them(number: float) -> None:
     assert type(value) is (int if number <= 2**53 else float)
     over_json = ResolveRequest("atlas-a2", {"memory_config": {"a": number}})
     assert resolve(decoded).ok is resolve(over_json).ok is True
+
+
+PACKAGES = {
+    "npu_resolver": ROOT / "resolver" / "npu_resolver",
+    "npu_resolver_client": ROOT / "client" / "npu_resolver_client",
+    "npu_resolver_server": ROOT / "server" / "npu_resolver_server",
+}
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_a_package_uses_only_the_public_modules_of_the_others(package: str) -> None:
+    """Each package reaches the others only through their public modules, so that a user who
+    installs the client can rely on what it uses being as stable as what they use."""
+    found = []
+    for path in PACKAGES[package].rglob("*.py"):
+        if "_proto" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                top, *rest = name.split(".")
+                if top in PACKAGES and top != package and any(p.startswith("_") for p in rest):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert not found, found

@@ -30,13 +30,16 @@ from npu_resolver import (
     Severity,
     Source,
 )
-from npu_resolver._model import DuplicateKeyError, is_text, loads_json, printable
-from npu_resolver._values import (
+from npu_resolver.text import (
+    DuplicateKeyError,
     config_refusal,
     config_shape,
     cut_deep,
+    is_text,
     key_text,
+    loads_json,
     not_json,
+    printable,
 )
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb

@@ -288,7 +288,7 @@ _CREDENTIALS: Final = {
 
 def _credentials(args: argparse.Namespace) -> dict[str, Any]:
     """The client's TLS and token arguments, read from the files the flags name."""
-    from npu_resolver_client._client import checked_pem, checked_token  # the client's rules
+    from npu_resolver_client.credentials import checked_pem, checked_token
 
     found: dict[str, Any] = {}
     for flag, param in {**_CREDENTIALS, "token_file": "token"}.items():

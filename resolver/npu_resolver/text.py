@@ -1,0 +1,24 @@
+"""How the resolver reads a caller's text and JSON, for code that reads it on the way in.
+
+The client and the server check configs with these same functions before they reach the core,
+so that a config refused in process (too deep, too wide, not JSON, a key written twice, text
+that is not Unicode) is refused in the same words when it travels.
+"""
+
+from __future__ import annotations
+
+from ._model import DuplicateKeyError, is_text, loads_json, printable
+from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
+
+__all__ = [
+    "CUT_DEPTH",
+    "DuplicateKeyError",
+    "config_refusal",
+    "config_shape",
+    "cut_deep",
+    "is_text",
+    "key_text",
+    "loads_json",
+    "not_json",
+    "printable",
+]
