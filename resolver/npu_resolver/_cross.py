@@ -16,7 +16,7 @@ from ._model import Code, Source
 from ._options import CACHE_ENV_VARS
 from ._products import Family
 from ._schema import Mode, Option
-from ._state import State
+from ._state import Slot, State
 from ._values import show
 
 
@@ -209,6 +209,68 @@ def precision_conflict(state: State) -> None:
             state.conflict("precision_mode", "R-PREC-1", f"{both}; keep only precision_mode_v2.")
 
 
+def clash_stands(
+    state: State, names: tuple[str, ...], rule: str, clashes: Callable[[State], bool]
+) -> bool:
+    """Whether `names` conflict (`clashes`) once a policy default among them gave way."""
+    return clashes(state) and not _policy_default_gives_way(state, names, rule, clashes)
+
+
+def _policy_default_gives_way(
+    state: State, names: tuple[str, ...], rule: str, clashes: Callable[[State], bool]
+) -> bool:
+    """Step 5 ranks what the job sets (and the policy's locks) above a policy default. When a
+    conflict between `names` is made by one that only a policy default set, that default gives
+    way to the documented one, if that ends the conflict (`clashes` judges the state as it is
+    then): a platform's default must not fail a job that set the other option. True when one
+    gave way; the conflict stands when each side is a policy default, or none of them is."""
+    for name in names:
+        slot = state.slots.get(name)
+        if slot is None or slot.source is not Source.POLICY:
+            continue
+        setters = [
+            other
+            for other in names
+            if (set_by := state.slots.get(other)) is not None
+            and set_by.is_set
+            and set_by.source is not Source.POLICY
+        ]
+        if not setters:
+            continue
+        documented = state.defaults.get(name)
+        if documented is None:
+            del state.slots[name]
+        else:
+            state.slots[name] = documented.with_rule(rule)
+        if clashes(state):
+            state.slots[name] = slot
+            continue
+        other = setters[0]
+        who = _who_sets(state.slots[other])
+        then = (
+            f"the documented default {show(documented.value)} applies"
+            if documented is not None
+            else "it is left out"
+        )
+        state.emit(  # said even of an every-product entry: it acted, and now it does not
+            Code.DROPPED_SUPERSEDED,
+            name,
+            rule,
+            f"the policy's default {name} {show(slot.value)} ({slot.detail}) cannot be combined "
+            f"with {other} {show(state.value(other))}, which {who}; {then}.",
+        )
+        return True
+    return False
+
+
+def _who_sets(slot: Slot) -> str:
+    if slot.source is Source.POLICY_LOCKED:
+        return "the policy locks"
+    if slot.source is Source.ENV:
+        return f"the job sets through {slot.env_var}"
+    return "the job sets"
+
+
 def _superseded(name: str, value: object, by: str) -> str:
     return f"{name} {show(value)} from the policy is dropped because the job sets {by}."
 
@@ -223,37 +285,57 @@ def _needs(
         state.drop(name, Code.DROPPED_NO_EFFECT, rule, message)
 
 
+def _loops_with_mixed_compute(state: State) -> bool:
+    loops = state.value("iterations_per_loop")
+    return state.value("mix_compile_mode") is True and isinstance(loops, int) and loops != 1
+
+
 def loop_with_mixed_compute(state: State) -> None:
     """R-IPL-2: with mix_compile_mode True, iterations_per_loop must be 1."""
-    loops = state.value("iterations_per_loop")
-    if state.value("mix_compile_mode") is True and isinstance(loops, int) and loops != 1:
+    names = ("iterations_per_loop", "mix_compile_mode")
+    if clash_stands(state, names, "R-IPL-2", _loops_with_mixed_compute):
         state.conflict(
             "iterations_per_loop",
             "R-IPL-2",
-            f"iterations_per_loop {loops} is not allowed with mix_compile_mode true; "
-            "set iterations_per_loop 1 or turn mix_compile_mode off.",
+            f"iterations_per_loop {state.value('iterations_per_loop')} is not allowed with "
+            "mix_compile_mode true; set iterations_per_loop 1 or turn mix_compile_mode off.",
         )
+
+
+def _loops_without_getnext(state: State) -> bool:
+    loops = state.value("iterations_per_loop")
+    return state.value("enable_data_pre_proc") is False and isinstance(loops, int) and loops > 1
 
 
 def loop_sinking_needs_getnext(state: State) -> None:
     """R-DEP-1: "GetNext算子下沉是使能训练迭代循环下沉的必要条件": iterations_per_loop above 1
     sinks the training loop, which GetNext sinking (enable_data_pre_proc True) must enable."""
-    loops = state.value("iterations_per_loop")
     if state.mode is not Mode.TRAINING:  # the source speaks of sinking the training loop
         return
-    if state.value("enable_data_pre_proc") is False and isinstance(loops, int) and loops > 1:
+    names = ("enable_data_pre_proc", "iterations_per_loop")
+    if clash_stands(state, names, "R-DEP-1", _loops_without_getnext):
         state.conflict(
             "enable_data_pre_proc",
             "R-DEP-1",
-            f"enable_data_pre_proc false keeps GetNext on the host, but iterations_per_loop "
-            f"{loops} sinks the training loop to the NPU, which needs GetNext sunk too; set "
-            "enable_data_pre_proc true (its default) or iterations_per_loop 1.",
+            "enable_data_pre_proc false keeps GetNext on the host, but iterations_per_loop "
+            f"{state.value('iterations_per_loop')} sinks the training loop to the NPU, which "
+            "needs GetNext sunk too; set enable_data_pre_proc true (its default) or "
+            "iterations_per_loop 1.",
         )
+
+
+def _host_without_mixed_compute(state: State) -> bool:
+    return (
+        state.value("variable_placement") == "Host"
+        and state.value("mix_compile_mode") is not True
+        and "mix_compile_mode" not in state.refused  # the caller set it and has its error
+    )
 
 
 def host_placement_needs_mixed_compute(state: State) -> None:
     """R-VPL-2: variable_placement Host requires mix_compile_mode True."""
-    if state.value("variable_placement") == "Host" and state.value("mix_compile_mode") is not True:
+    names = ("variable_placement", "mix_compile_mode")
+    if clash_stands(state, names, "R-VPL-2", _host_without_mixed_compute):
         state.conflict(
             "variable_placement",
             "R-VPL-2",
@@ -291,16 +373,42 @@ def optypelist_needs_implmode(state: State) -> None:
 
 
 def execute_mode_needs_dynamic_input(state: State) -> None:
-    """R-DEP-7: dynamic_graph_execute_mode only acts with dynamic_input True."""
+    """R-DEP-7: dynamic_graph_execute_mode only acts with dynamic_input True, and the shape
+    ranges are read only in its mode ("该模式下获取dynamic_inputs_shape_range中配置的shape范围
+    进行编译"): without dynamic input they have no effect either. With dynamic input and no
+    mode, the source asks for one ("对于动态输入场景，需要通过该参数设置执行模式")."""
+    dynamic = state.value("dynamic_input") is True
     _needs(
         state,
         "dynamic_graph_execute_mode",
         "R-DEP-7",
         "dynamic_graph_execute_mode has no effect unless dynamic_input is true; "
         "set dynamic_input true or remove it.",
-        state.value("dynamic_input") is True,
+        dynamic,
         reads=("dynamic_input",),
     )
+    _needs(
+        state,
+        "dynamic_inputs_shape_range",
+        "R-DEP-7",
+        "dynamic_inputs_shape_range has no effect unless dynamic_input is true (the ranges are "
+        "read only in dynamic_graph_execute_mode 'dynamic_execute', which needs it); set "
+        "dynamic_input true or remove it.",
+        dynamic,
+        reads=("dynamic_input",),
+    )
+    mode = "dynamic_graph_execute_mode"
+    given = mode in state.slots or mode in state.refused  # a refused mode has its error
+    if dynamic and state.is_set("dynamic_input") and not given:
+        state.emit(
+            Code.ADVICE,
+            mode,
+            "R-DEP-7",
+            "dynamic_input true needs an execution mode: the source asks for "
+            "dynamic_graph_execute_mode with dynamic input, and the shape ranges are read "
+            "in its mode; set dynamic_graph_execute_mode 'dynamic_execute'.",
+            "dynamic_execute",
+        )
 
 
 def rank_and_device_list_together(state: State) -> None:

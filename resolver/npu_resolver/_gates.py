@@ -48,7 +48,10 @@ def option_gate(state: State, view: OptionView) -> tuple[Code, str, str, str] | 
 
 
 def apply_gates(state: State) -> None:
-    """Step 6: drop what the product, mode or version lacks; refuse unsupported values."""
+    """Step 6: drop what the product, mode or version lacks; refuse unsupported values. When
+    the caller's graph_run_mode was refused, the mode they meant is not known: the mode's
+    gates judge nothing (the answer is not ok anyway), as no rule judges from a refused value."""
+    mode_unknown = "graph_run_mode" in state.refused
     for name in state.touched:
         view = state.view[name]
         if view.plain_gate or name not in state.slots:
@@ -56,9 +59,10 @@ def apply_gates(state: State) -> None:
         gate = option_gate(state, view)
         if gate is not None:
             code, _, rule, message = gate
-            state.drop(name, code, rule, message)
+            if not (mode_unknown and code is Code.DROPPED_UNSUPPORTED_MODE):
+                state.drop(name, code, rule, message)
         elif view.blocked_values:
-            _value_gate(state, name, view)
+            _value_gate(state, name, view, mode_unknown=mode_unknown)
 
 
 GATE_CODES: Final = {
@@ -90,10 +94,10 @@ def why_refused(state: State, gate: ValueGate) -> str:
     return f"is not supported on {state.pid}"
 
 
-def _value_gate(state: State, name: str, view: OptionView) -> None:
+def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool) -> None:
     slot = state.slots[name]
     gate = view.blocked(slot.value)
-    if gate is None:
+    if gate is None or (mode_unknown and gate_kind(state, gate) == "mode"):
         return
     if not slot.is_set:
         del state.slots[name]

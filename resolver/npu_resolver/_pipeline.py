@@ -328,6 +328,7 @@ def resolve(
         )
     base = _base(catalog, pid, mode)
     state.slots = dict(base.slots)
+    state.defaults = base.slots
     state.undocumented = dict(base.undocumented)
     state.given = explicit  # with state.refused: every known name the config held
     env_values, invalid_env = read_env(state, catalog)

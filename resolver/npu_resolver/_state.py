@@ -152,6 +152,9 @@ class State:
     are in `refused`."""
     unrounded: dict[str, int] = field(default_factory=dict)
     """Values as configured before a rounding rule changed them (R-HCT-3)."""
+    defaults: Mapping[str, Slot] = field(default_factory=dict)
+    """The documented defaults of this product and mode: what a policy default that gives way
+    falls back to."""
 
     @property
     def family(self) -> Family:
