@@ -974,3 +974,29 @@ def test_metrics_labels_stay_bounded_and_count_only_answers_the_caller_got(
     )
     rounded = {"code": "ROUNDED", "product": "atlas-training"}
     assert value("npu_resolver_diagnostics_total", rounded) is None  # the caller got none
+
+
+@pytest.mark.parametrize("length", [8_000, 20_000])
+def test_a_long_unknown_profile_keeps_its_report_within_a_default_clients_trailer(
+    grpc_target: str,  # noqa: F811
+    length: int,
+) -> None:
+    """UNKNOWN_PROFILE quoted the profile whole: a long one overflowed the trailer of a plain
+    grpcio client, which then lost the status and its details."""
+    message = pb.ResolveRequest(product="atlas-a2", profile="q" * length)
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Resolve(message, timeout=10)
+            error: Any = info.value
+            assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+            status = rpc_status.from_call(error)
+            assert status is not None
+            bad = error_details_pb2.BadRequest()
+            assert status.details[0].Unpack(bad)
+            assert [(v.field, v.reason) for v in bad.field_violations] == [
+                ("profile", "UNKNOWN_PROFILE")
+            ]
+            assert "is not in the policy" in bad.field_violations[0].description
+            assert len(bad.field_violations[0].description) < 200

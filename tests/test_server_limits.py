@@ -13,7 +13,12 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
-from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DETAILS_BYTES, MAX_DIFF_PRODUCTS
+from npu_resolver_server._servicer import (
+    MAX_BATCH_ITEMS,
+    MAX_DETAILS_BYTES,
+    MAX_DIFF_PRODUCTS,
+    fit_trailer,
+)
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 
 RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
@@ -195,3 +200,23 @@ def test_a_batch_item_keeps_its_whole_report_however_many_errors(
     assert isinstance(item, ResolveFailure)
     assert item.resolution is not None
     assert len(item.resolution.errors) == 40
+
+
+def test_one_error_too_long_for_the_trailer_is_cut_not_lost() -> None:
+    """However long one error's text is, the details still fit the trailer a default client
+    takes, with the violation's field and reason intact."""
+    long = "x" * 30_000
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field="config.some_option", reason="INVALID_VALUE", description=long
+    )
+    status = status_pb2.Status(code=3, message=long)
+    status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    message, details = fit_trailer(long, status.SerializeToString())
+    assert len(details) <= MAX_DETAILS_BYTES
+    assert len(message) <= 1_000
+    kept = status_pb2.Status.FromString(details)
+    bad = error_details_pb2.BadRequest()
+    assert kept.details[0].Unpack(bad)
+    assert [(v.field, v.reason) for v in bad.field_violations] == [
+        ("config.some_option", "INVALID_VALUE")
+    ]

@@ -99,7 +99,7 @@ def _unknown_profile(profile: str, known: tuple[str, ...]) -> Diagnostic:
         Code.UNKNOWN_PROFILE,
         "profile",
         "",
-        f"profile {profile!r} is not in the policy; known profiles: {listed}.",
+        f"profile {show(printable(profile))} is not in the policy; known profiles: {listed}.",
         close[0] if close else "",
     )
 

@@ -69,7 +69,7 @@ class _RefusedError(Exception):
     """The request cannot be read: answered INVALID_ARGUMENT with a BadRequest."""
 
     def __init__(self, message: str, field: str = "", reason: str = "MALFORMED_REQUEST") -> None:
-        super().__init__(message)
+        super().__init__(_cut(message))  # it travels in a trailer, with a budget
         self.field = field
         self.reason = reason
 
@@ -122,9 +122,7 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
         for d in errors
     ]
     first = errors[0]
-    text = f"{violation_field(first.option)}: {first.code.value}: {first.message}"
-    if len(text) > MAX_MESSAGE_CHARS:
-        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    text = _cut(f"{violation_field(first.option)}: {first.code.value}: {first.message}")
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     bad_request = error_details_pb2.BadRequest(field_violations=violations)
@@ -165,7 +163,17 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
         kept = max(1, kept * 3 // 4)
         status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
         status.message = noted(kept)
+    if status.ByteSize() > MAX_DETAILS_BYTES:  # one violation too long on its own: cut its text
+        for violation in violations[:kept]:
+            violation.description = _cut(violation.description)
+            violation.field = _cut(violation.field)
+        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
+        status.message = noted(kept) if len(message) <= MAX_MESSAGE_CHARS else _cut(message)
     return status.message, status.SerializeToString()
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
