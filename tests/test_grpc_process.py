@@ -206,6 +206,22 @@ def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> Non
         assert [line.rsplit(" ", 1)[1] for line in info if line.endswith(" 1.0")] == ["1.0"]
         assert f'version="{result.version}"' in next(x for x in info if x.endswith(" 1.0"))
 
+        # A failed call is one reload failure, whichever worker answered it.
+        policy.write_text("bad = [[[")
+        answered: list[str] = []
+        while len(set(answered)) < 2 and len(answered) < 40:
+            with ResolverClient(server.target) as client:  # a new connection: any worker
+                assert client.reload_policy().error
+                answered.append(client.last_server_pid)
+        assert len(set(answered)) == 2, answered
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        failures = next(
+            line
+            for line in page.read().decode().splitlines()
+            if line.startswith("npu_resolver_policy_reload_failures_total ")
+        )
+        assert float(failures.rsplit(" ", 1)[1]) == len(answered), answered
+
 
 def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> None:
     """Like a taken gRPC port: a start_failed line and exit 2, no traceback, with one worker

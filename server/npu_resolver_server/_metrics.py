@@ -161,6 +161,12 @@ class Metrics:
                 self.reload_failures.inc(failures - self._failures_seen)
             self._failures_seen = failures
 
+    def call_reload_failed(self) -> None:
+        """A ReloadPolicy call that failed is answered by one worker; when that worker is not
+        the one counting the reloads every worker makes alike, it counts this one itself."""
+        if not self._counts_reload_failures:
+            self.reload_failures.inc()
+
 
 def start_http(port: int, host: str = "0.0.0.0") -> None:
     """Serve this process's metrics on `port` (one-worker mode)."""

@@ -540,6 +540,8 @@ class ResolverService:
         outcome = await self.store.reload_async()
         if self.after_reload is not None and not outcome.error:
             self.after_reload()
+        if outcome.error and self.metrics is not None:
+            self.metrics.call_reload_failed()
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )
