@@ -240,3 +240,44 @@ def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> Non
             failed = server.events("start_failed")
             assert failed and f"metrics port {port}" in failed[0]["error"], server.raw
             assert not any("Traceback" in line for line in server.raw)
+
+
+def test_workers_do_not_join_another_server_already_on_the_port() -> None:
+    """SO_REUSEPORT lets a server's workers share its port; a second `--workers` server on a
+    port another one serves must not quietly take part of its calls: exit 2, as one worker."""
+    with ProcessServer(["--workers", "2"]) as first:
+        first.wait_for("serving", 2)
+        second = ProcessServer(["--workers", "2"])
+        second.port = first.port
+        second.args = ["--port", str(first.port), "--workers", "2"]
+        with pytest.raises(AssertionError):
+            second.start()
+        assert second.wait() == 2
+        failed = second.events("start_failed")
+        assert failed and f"port {first.port}" in failed[0]["error"], second.raw
+        assert not second.events("worker_started")
+        with ResolverClient(first.target) as client:
+            assert client.resolve_request(GOOD).ok
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_workers_stop_when_their_supervisor_is_killed() -> None:
+    """Killed with SIGKILL, the supervisor cannot forward a stop: its workers notice they were
+    orphaned and drain and stop, rather than serve on with no one to restart or reload them."""
+    env = {"NPU_RESOLVER_DRAIN_DELAY_SECONDS": "0", "NPU_RESOLVER_GRACE_SECONDS": "1"}
+    with ProcessServer(["--workers", "2"], env=env) as server:
+        workers = [int(e["pid"]) for e in server.wait_for("serving", 2)]
+        server.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_running(pid) for pid in workers)
+        assert len(server.events("supervisor_gone")) == 2

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -269,10 +270,18 @@ def _reload_every_worker() -> None:
         os.kill(os.getppid(), signal.SIGHUP)
 
 
+SUPERVISOR_POLL_S: Final = 1.0
+
+
 async def serve(
-    settings: ServerSettings, *, worker: int = 0, metrics: Metrics | None = None
+    settings: ServerSettings,
+    *,
+    worker: int = 0,
+    metrics: Metrics | None = None,
+    parent: int | None = None,
 ) -> int:
-    """Run one worker until SIGTERM/SIGINT, then drain. Returns the exit status."""
+    """Run one worker until SIGTERM/SIGINT, or until its supervisor (`parent`) is gone, then
+    drain. Returns the exit status."""
     try:
         built = create_server(settings, metrics=metrics)
     except Exception as exc:  # bad policy, unreadable certificate, port taken
@@ -331,7 +340,11 @@ async def serve(
             }
         },
     )
+    if parent is not None:
+        watch = loop.create_task(_until_orphaned(parent, worker, stop, on_stop))
     await stop.wait()
+    if parent is not None:
+        watch.cancel()
     await built.stop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(Exception):
@@ -340,8 +353,31 @@ async def serve(
     return 0
 
 
-def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool = True) -> int:
-    """One worker process's life: logging, metrics, the event loop."""
+async def _until_orphaned(
+    parent: int, worker: int, stop: asyncio.Event, on_stop: Callable[[int], None]
+) -> None:
+    """A worker whose supervisor was killed (SIGKILL, an OOM kill) would go on serving its
+    share of the port with no one to stop, restart or reload it: it drains and stops."""
+    while not stop.is_set():
+        await asyncio.sleep(SUPERVISOR_POLL_S)
+        if os.getppid() != parent:
+            log.warning(
+                "the supervisor is gone; stopping",
+                extra={"fields": {"event": "supervisor_gone", "worker": worker}},
+            )
+            on_stop(signal.SIGTERM)
+            return
+
+
+def run_worker(
+    settings: ServerSettings,
+    *,
+    worker: int = 0,
+    serve_metrics: bool = True,
+    parent: int | None = None,
+) -> int:
+    """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
+    pid, for a worker of --workers (it stops when the supervisor is gone)."""
     _logging.configure(settings.log_level)
     if settings.tracing:  # per worker, after any fork: span exporters run threads
         from ._tracing import start_tracing
@@ -358,7 +394,7 @@ def run_worker(settings: ServerSettings, *, worker: int = 0, serve_metrics: bool
             except OSError as exc:  # the port is taken: a start failure like the gRPC port's
                 _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
                 return 2
-    return asyncio.run(serve(settings, worker=worker, metrics=metrics))
+    return asyncio.run(serve(settings, worker=worker, metrics=metrics, parent=parent))
 
 
 def _start_failed(error: str, worker: int) -> None:

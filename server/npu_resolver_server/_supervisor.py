@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -52,13 +53,31 @@ def _child(settings: ServerSettings, worker: int) -> None:
             signal.signal(signum, signal.SIG_DFL)
         from ._app import run_worker
 
-        code = run_worker(settings, worker=worker, serve_metrics=False)
+        code = run_worker(settings, worker=worker, serve_metrics=False, parent=os.getppid())
     except BaseException as exc:
         print(f"worker {worker} failed: {exc!r}", file=sys.stderr, flush=True)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _taken(host: str, port: int) -> OSError | None:
+    """Why host:port cannot be served, or None. SO_REUSEPORT lets the workers share their
+    port, and would as readily let them join another server already listening there, each
+    answering part of the calls with its own policy. A plain bind (SO_REUSEADDR only, so that a
+    restart's closing connections do not count) is refused by any listener, as one worker's
+    own bind is."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        return exc
+    return None
 
 
 class Supervisor:
@@ -137,6 +156,12 @@ class Supervisor:
                 os.kill(pid, signal.SIGTERM)
 
     def run(self) -> int:
+        shared = (("port", self.settings.port), ("health port", self.settings.health_port))
+        for what, port in shared:
+            error = _taken(self.settings.host, port) if port else None
+            if error is not None:  # another server listens there: never share it silently
+                _say("start_failed", error=f"{what} {port}: {error.strerror or error}")
+                return START_FAILED
         if self.settings.metrics_port:  # before any worker: a taken port stops the start
             from ._metrics import serve_multiprocess
 
