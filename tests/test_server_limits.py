@@ -13,6 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
+from npu_resolver_server._encode import field
 from npu_resolver_server._servicer import (
     MAX_BATCH_ITEMS,
     MAX_DETAILS_BYTES,
@@ -220,3 +221,57 @@ def test_one_error_too_long_for_the_trailer_is_cut_not_lost() -> None:
     assert [(v.field, v.reason) for v in bad.field_violations] == [
         ("config.some_option", "INVALID_VALUE")
     ]
+
+
+@pytest.mark.parametrize("levels", [33, 40, 200])
+def test_a_struct_config_deeper_than_the_decoder_reads_is_a_report_not_a_malformed_call(
+    grpc_target: str,  # noqa: F811
+    levels: int,
+) -> None:
+    """A Struct nested past the protobuf decoder's depth (about 32 levels) cannot be read at
+    all. Callers in other languages send Struct: they get the in-process answer (a config too
+    deep), a batch answers its other items, and a diff reports it in every column."""
+    import npu_resolver
+    from npu_resolver import ResolveRequest
+    from npu_resolver_client.wire import pb_grpc, resolution_from_proto
+
+    config = {"dump_config": _nested(levels)}
+    local = npu_resolver.resolve(ResolveRequest("atlas-a2", config))
+    assert [d.option for d in local.errors] == ["config"]
+    deep = pb.ResolveRequest(product="atlas-a2", validate_only=True)
+    deep.config.update(config)
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        answer = resolution_from_proto(stub.Resolve(deep, timeout=10))
+        assert answer.to_json() == local.to_json()
+
+        # Written by hand: the Python protobuf runtime cannot build such a batch either.
+        good = pb.ResolveRequest(product="atlas-a2").SerializeToString()
+        batch = field(1, good) + field(1, deep.SerializeToString())
+        call = channel.unary_unary(
+            "/npu.resolver.v1.Resolver/ResolveBatch",
+            response_deserializer=pb.ResolveBatchResponse.FromString,
+        )
+        results = call(batch, timeout=10).results
+        assert [r.WhichOneof("result") for r in results] == ["response", "response"]
+        assert resolution_from_proto(results[0].response).ok
+        assert resolution_from_proto(results[1].response).to_json() == local.to_json()
+
+        diff = pb.DiffRequest(products=["atlas-a2", "atlas-a3"])
+        diff.config.update(config)
+        columns = stub.Diff(diff, timeout=10).results
+        for product in ("atlas-a2", "atlas-a3"):
+            (error,) = [d for d in columns[product].diagnostics if d.code == "INVALID_VALUE"]
+            assert error.option == "config" and "nested deeper than" in error.message
+
+
+def test_a_request_the_decoder_refuses_for_another_reason_is_still_malformed(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """Only a config too deep is read around; other broken bytes stay a malformed request."""
+    with grpc.insecure_channel(grpc_target) as channel:
+        call = channel.unary_unary("/npu.resolver.v1.Resolver/Resolve")
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"\x12\x05\x0a\x03\xff\xff\xff", timeout=10)  # config: a Struct cut short
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid ResolveRequest" in info.value.details()

@@ -70,6 +70,34 @@ def length_delimited(raw: bytes, number: int) -> list[bytes] | None:
         return None
 
 
+def without_field(raw: bytes, number: int) -> bytes | None:
+    """`raw` with every occurrence of length-delimited field `number` left out, the other
+    fields exactly as written; None if it is not a message this walk can cut."""
+    kept: list[bytes] = []
+    pos, end = 0, len(raw)
+    try:
+        while pos < end:
+            start = pos
+            key, pos = _read_varint(raw, pos)
+            kind = key & 7
+            if kind == 2:
+                size, pos = _read_varint(raw, pos)
+                pos += size
+            elif kind == 0:
+                pos = _read_varint(raw, pos)[1]
+            elif kind in (1, 5):
+                pos += 8 if kind == 1 else 4
+            else:
+                return None
+            if pos > end:
+                return None
+            if not (kind == 2 and key >> 3 == number):
+                kept.append(raw[start:pos])
+    except IndexError:
+        return None
+    return b"".join(kept)
+
+
 def _walk(raw: bytes, number: int) -> list[bytes] | None:
     out = []
     pos, end = 0, len(raw)

@@ -21,6 +21,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest, Severity
+from npu_resolver.text import config_refusal
 from npu_resolver_client.wire import (
     LimitError,
     catalog_to_proto,
@@ -34,7 +35,7 @@ from npu_resolver_client.wire import (
 
 from . import _logging
 from ._cache import Answer, AnswerCache
-from ._encode import encode_resolution, field, length_delimited
+from ._encode import encode_resolution, field, length_delimited, without_field
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
 from .settings import (
@@ -212,6 +213,29 @@ def parse(kind: type[M], raw: bytes) -> M:
         raise _RefusedError(f"the request is not a valid {kind.DESCRIPTOR.name}: {exc}") from None
 
 
+CONFIG_FIELD: Final = 2
+"""`config` in ResolveRequest and DiffRequest alike."""
+
+
+def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
+    """The request, and whether its config Struct was left out because it is nested deeper
+    than the protobuf decoder reads (about 32 levels). Such a config is refused as too deep in
+    a report, as a deep config_json is, rather than the whole request as malformed: callers in
+    other languages send Struct, and a batch must not fail as a whole for one item."""
+    try:
+        return parse(kind, raw), False
+    except _RefusedError as refused:
+        if "MaxDepth" not in str(refused):
+            raise
+        rest = without_field(raw, CONFIG_FIELD)
+        if rest is None:
+            raise
+        try:
+            return kind.FromString(rest), True
+        except message.DecodeError:
+            raise refused from None
+
+
 class ResolverService:
     """The handlers of npu.resolver.v1.Resolver, on raw bytes."""
 
@@ -353,7 +377,14 @@ class ResolverService:
         if cached is not None:
             return cached
         try:
-            message_ = parsed if parsed is not None else parse(pb.ResolveRequest, raw)
+            message_, too_deep = (
+                (parsed, False) if parsed is not None else parse_with_config(pb.ResolveRequest, raw)
+            )
+        except _RefusedError as refused:
+            return refused.answer()  # not a ResolveRequest at all
+        try:
+            if too_deep:
+                raise self._too_deep()
             request = self._request(message_)
         except _RefusedError as refused:
             if refused.reason != "REQUEST_LIMIT":
@@ -368,12 +399,24 @@ class ResolverService:
         self.cache.put(version, raw, answer)
         return answer
 
+    def _too_deep(self) -> _RefusedError:
+        shape = f"nested deeper than {self.limits.max_depth} levels"
+        return _RefusedError(config_refusal(shape), "config", "REQUEST_LIMIT")
+
     def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         policy = self._policy()
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
-        items = parse(pb.ResolveBatchRequest, raw).requests
+        try:
+            items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
+        except _RefusedError:
+            # An item the decoder cannot read (its config too deep): each item is read, and
+            # answered, on its own.
+            cut = length_delimited(raw, 1)
+            if cut is None or without_field(raw, 1) != b"":
+                raise
+            items = [None] * len(cut)
         if len(items) > MAX_BATCH_ITEMS:  # each item holds the event loop: refuse, fast
             raise _RefusedError(
                 f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has {len(items)}; "
@@ -384,7 +427,7 @@ class ResolverService:
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)
         if item_bytes is None or len(item_bytes) != len(items):
-            item_bytes = [item.SerializeToString() for item in items]
+            item_bytes = [item.SerializeToString() for item in items if item is not None]
         policy = self._policy()  # one snapshot for the whole batch
         version = policy.version if policy is not None else ""
         parts: list[bytes] = []
@@ -436,7 +479,7 @@ class ResolverService:
     # ----------------------------------------------------------------------- the rest
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
-        request = parse(pb.DiffRequest, raw)
+        request, too_deep = parse_with_config(pb.DiffRequest, raw)
         try:  # before any work, as the cap below
             npu_resolver.check_diff_products(request.products)
         except npu_resolver.DiffError as exc:
@@ -456,6 +499,8 @@ class ResolverService:
         # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
         # resolver in process reports it.
         try:
+            if too_deep:
+                raise LimitError(str(self._too_deep()))
             config = config_from_wire(
                 request.config,
                 request.config_json,
