@@ -275,3 +275,42 @@ def test_a_request_the_decoder_refuses_for_another_reason_is_still_malformed(
             call(b"\x12\x05\x0a\x03\xff\xff\xff", timeout=10)  # config: a Struct cut short
     assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "not a valid ResolveRequest" in info.value.details()
+
+
+def test_a_batch_lets_the_workers_other_calls_run_while_it_is_answered() -> None:
+    """A batch of a thousand items takes most of a second of one worker: between slices of it,
+    the event loop runs the worker's other calls (a health probe must not wait it out)."""
+    from npu_resolver_server import PolicyStore
+    from npu_resolver_server._servicer import BATCH_SLICE, ResolverService
+
+    service = ResolverService(PolicyStore.fixed(None))
+    batch = pb.ResolveBatchRequest(
+        requests=[
+            pb.ResolveRequest(product="atlas-a2", config_json=f'{{"hccl_timeout": {600 + i}}}')
+            for i in range(MAX_BATCH_ITEMS)
+        ]
+    )
+
+    class Context:
+        def time_remaining(self) -> float | None:
+            return None
+
+    async def run() -> tuple[int, Any]:
+        turns = 0
+
+        async def other_call() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_call())
+        await asyncio.sleep(0)
+        start = turns
+        answer = await service.resolve_batch(batch.SerializeToString(), Context())
+        other.cancel()
+        return turns - start, answer
+
+    turns, answer = asyncio.run(run())
+    assert answer.code is grpc.StatusCode.OK
+    assert turns >= MAX_BATCH_ITEMS // BATCH_SLICE - 1

@@ -8,6 +8,7 @@ and answered INTERNAL with a message; nothing escapes as UNKNOWN.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -104,6 +105,8 @@ def _status(
 
 
 MAX_BATCH_ITEMS: Final = 1000
+BATCH_SLICE: Final = 16
+"""Items answered between two yields to the event loop."""
 MAX_DIFF_PRODUCTS: Final = 16
 MAX_DETAILS_BYTES: Final = 5000
 """Status details travel base64-encoded in a trailer; with the message they must stay under
@@ -407,7 +410,7 @@ class ResolverService:
         policy = self._policy()
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
-    def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+    async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         try:
             items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
         except _RefusedError:
@@ -439,7 +442,10 @@ class ResolverService:
         codes: set[str] = set()
         seen: list[tuple[str, tuple[str, ...]]] = []
         for index, item in enumerate(items):
-            if index % 64 == 63:
+            if index % BATCH_SLICE == BATCH_SLICE - 1:
+                # A thousand items take most of a second: let the worker's other calls (a
+                # health probe, a small Resolve) run between slices.
+                await asyncio.sleep(0)
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     return Answer(
