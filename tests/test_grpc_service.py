@@ -126,6 +126,7 @@ def test_client_raises_one_error_type_with_the_report(client: ResolverClient) ->
             "env.HCCL_EXEC_TIMEOUT",
         ),
         (ResolveRequest(product="atlas-a2", config={"precison_mode": 1}), "config.precison_mode"),
+        (ResolveRequest(product="atlas-a2", attachments={"nope": "x"}), "attachments.nope"),
     ],
 )
 def test_violation_fields(client: ResolverClient, request_: ResolveRequest, field: str) -> None:
