@@ -646,6 +646,8 @@ def test_the_bearer_scheme_is_read_as_http_reads_it(
             stub.ListProducts(message, metadata=(("authorization", header),), timeout=10)
         assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert info.value.details() == "the bearer token is not valid"
+        trailing = dict(info.value.trailing_metadata())
+        assert trailing["x-npu-resolver-pid"] == str(os.getpid())  # the server runs in a thread
         with pytest.raises(grpc.RpcError) as info:
             stub.ListProducts(message, timeout=10)
         # Not an admin call: the refusal does not say "admin".

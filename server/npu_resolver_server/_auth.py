@@ -6,6 +6,7 @@ Health and reflection stay open: probes and tooling must reach them without a se
 from __future__ import annotations
 
 import hmac
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -13,6 +14,7 @@ from typing import Any, Final
 import grpc
 
 from ._servicer import ADMIN_METHODS, SERVICE
+from .settings import PID_METADATA_KEY
 
 AUTH_HEADER: Final = "authorization"
 
@@ -32,7 +34,9 @@ def _refuse(message: str, method: str, on_refused: Refused | None) -> grpc.RpcMe
     async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
         if on_refused is not None:
             on_refused(method)
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        # Like every other answer, it names the worker that gave it.
+        pid = ((PID_METADATA_KEY, str(os.getpid())),)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message, pid)
 
     return grpc.unary_unary_rpc_method_handler(abort)
 
