@@ -281,3 +281,23 @@ def test_workers_stop_when_their_supervisor_is_killed() -> None:
             time.sleep(0.1)
         assert not any(_running(pid) for pid in workers)
         assert len(server.events("supervisor_gone")) == 2
+
+
+def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(
+    tmp_path: Path,
+) -> None:
+    """gRPC reports such a pair as a failure to bind the port; the server names the files,
+    and exits 2 whether it runs one worker or several."""
+    import trustme
+
+    ca = trustme.CA()
+    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    ca.issue_cert("localhost").private_key_pem.write_to_path(tmp_path / "key.pem")
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    for workers in ("1", "2"):
+        server = ProcessServer(["--workers", workers, *tls])
+        with pytest.raises(AssertionError):
+            server.start()
+        assert server.wait() == 2, server.raw
+        failed = server.events("start_failed")
+        assert failed and "do not belong together" in failed[0]["error"], server.raw

@@ -12,8 +12,10 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
@@ -75,9 +77,24 @@ def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
     ]
 
 
+def _matching_pair(cert: Path, key: Path) -> None:
+    """gRPC reports a certificate and a key that do not belong together as a failure to bind
+    the port; say what it is. (Regular files only: a pipe can be read once, by gRPC.)"""
+    if not (cert.is_file() and key.is_file()):
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"--tls-cert {cert} and --tls-key {key} do not belong together ({exc.reason or exc}); "
+            "give the key of that certificate"
+        ) from None
+
+
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
+    _matching_pair(settings.tls_cert, settings.tls_key)
     pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
     client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
     return grpc.ssl_server_credentials(

@@ -122,7 +122,7 @@ class Supervisor:
             mark_dead(pid)
             _say("worker_exited", worker=worker, worker_pid=pid, code=code)
             if self.stopping:
-                if code != 0:
+                if code != 0 and self.exit_code != START_FAILED:  # the first cause is said
                     self.exit_code = 1
                 continue
             now = time.monotonic()
