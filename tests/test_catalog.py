@@ -147,3 +147,15 @@ def test_describe_takes_product_aliases_and_names_the_known_ones_for_an_unknown_
             describe("atlas-a4")
         with pytest.raises(TypeError, match="not bytes"):
             describe(b"atlas-a2")  # type: ignore[arg-type]
+
+
+def test_every_public_name_is_listed_and_importable() -> None:
+    """Less-used parts load lazily; they still show in dir() (completion, help()) and in
+    __all__, and each resolves."""
+    import npu_resolver
+
+    listed = dir(npu_resolver)
+    for name in npu_resolver.__all__:
+        assert name in listed, name
+        assert getattr(npu_resolver, name) is not None
+    assert {"diff", "load_policy", "describe_option"} <= set(listed)

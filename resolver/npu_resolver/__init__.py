@@ -57,6 +57,11 @@ def __getattr__(name: str) -> object:
     return value
 
 
+def __dir__() -> list[str]:
+    """The lazy parts too, so that completion and help() show the whole public surface."""
+    return sorted({*globals(), *_LAZY})
+
+
 if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
     from ._diff import (
