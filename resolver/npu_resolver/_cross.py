@@ -152,17 +152,23 @@ def round_hccl_timeout(state: State) -> None:
         state.slots["hccl_timeout"] = slot.changed(
             value=rounded, requested=slot.asked_unless(rounded), rules=(*slot.rules, "R-HCT-3")
         )
+        how = "rounded down to a multiple of 68"
+        if rounded > value:
+            how = "values below 68 are taken as 68"
+        # Whoever wrote the value is told where to write the one that takes effect.
+        if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+            who = f"the policy's hccl_timeout {value} ({slot.detail})"
+            fix = f"the policy can say {rounded} in its [profiles.*.products.{state.pid}] table"
+        elif slot.source is Source.ENV:
+            who = f"hccl_timeout {value} from {slot.env_var}"
+            fix = f"set {slot.env_var}={rounded} to say so"
+        else:
+            who, fix = f"hccl_timeout {value}", f"set {rounded} to say so"
         state.emit(
             Code.ROUNDED,
             "hccl_timeout",
             "R-HCT-3",
-            f"hccl_timeout {value} takes effect as {rounded} on {state.pid} "
-            + (
-                "(rounded down to a multiple of 68)"
-                if rounded < value
-                else "(values below 68 are taken as 68)"
-            )
-            + f"; set {rounded} to say so.",
+            f"{who} takes effect as {rounded} on {state.pid} ({how}); {fix}.",
         )
 
 
