@@ -451,12 +451,16 @@ def test_json_nested_too_deeply_for_the_decoder_is_refused_as_any_config_too_dee
 
 
 def test_a_refusal_without_a_report_exits_2_through_a_server(grpc_target: str) -> None:
-    """Exit 1 promises a printed report; INVALID_ARGUMENT with none is a refusal: exit 2."""
+    """Exit 1 promises a printed report; INVALID_ARGUMENT with none is a refusal: exit 2. (The
+    CLI refuses such a diff itself before calling; its transport is asked directly here.)"""
+    from npu_resolver import ResolveRequest
+    from npu_resolver._cli._transport import RefusedError, Remote
+
     names = [f"product-{i}" for i in range(40)]
-    proc = run("diff", "--product", *names, "--server", grpc_target)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert "INVALID_ARGUMENT" in proc.stderr and "at most" in proc.stderr
+    with pytest.raises(RefusedError) as info:
+        Remote(grpc_target).diff(ResolveRequest(product=""), names)
+    assert info.value.exit_status == 2
+    assert "INVALID_ARGUMENT" in str(info.value) and "at most" in str(info.value)
 
 
 def test_closed_or_failing_standard_streams_are_one_line_errors() -> None:
@@ -730,3 +734,13 @@ def test_a_deep_config_file_cut_short_is_not_json(tmp_path: Path) -> None:
         assert [(d["code"], d["option"]) for d in answer["diagnostics"]] == [
             ("INVALID_VALUE", "dump_config")
         ]
+
+
+def test_a_diff_of_more_products_than_a_server_takes_is_refused_alike(grpc_target: str) -> None:
+    """In process and through a server the same answer: exit 2, in the same words."""
+    names = [f"x{i}" for i in range(1, 18)]
+    local = run("diff", "--product", *names)
+    remote = run("diff", "--product", *names, "--server", grpc_target)
+    assert local.returncode == remote.returncode == 2
+    assert local.stderr == remote.stderr and local.stdout == remote.stdout == ""
+    assert "a diff takes at most 16 products and this one names 17" in local.stderr

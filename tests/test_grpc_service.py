@@ -361,6 +361,31 @@ def test_diff_says_too_few_products_before_reading_the_config(
     assert "2 or more products" in error.details()
 
 
+def test_diff_refuses_more_products_than_the_limit_in_process_and_through_a_server(
+    client: ResolverClient,
+) -> None:
+    """One limit, the core's: the same refusal, in the same words, either way; the words say
+    what the numbers are (names counted once, the known products)."""
+    names = [f"x{i}" for i in range(npu_resolver.MAX_DIFF_PRODUCTS + 1)]
+    with pytest.raises(npu_resolver.DiffError) as local:
+        npu_resolver.diff(ResolveRequest(product=""), names)
+    assert local.value.reason == "TOO_MANY_PRODUCTS"
+    assert pickle.loads(pickle.dumps(local.value)).reason == "TOO_MANY_PRODUCTS"
+    with pytest.raises(ResolveError) as remote:
+        client.diff(ResolveRequest(product=""), names)
+    assert remote.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert remote.value.violations[0].reason == "TOO_MANY_PRODUCTS"
+    assert str(local.value) in str(remote.value)
+    assert str(local.value) == (
+        "a diff takes at most 16 products and this one names 17 (a product named twice counts "
+        "once); name at most 16: the 5 known ones are atlas-350, atlas-a3, atlas-a2, "
+        "atlas-training, atlas-300i-duo"
+    )
+    # Sixteen columns, however many names: still a diff.
+    sixteen = npu_resolver.diff(ResolveRequest(product=""), names[:16] + names[:16])
+    assert len(sixteen.products) == 16
+
+
 def test_diff_refuses_a_product_name_that_is_not_a_str_with_a_type_error() -> None:
     """As ResolveRequest refuses a product that is not a str: a mistake in the caller's code,
     said where it is made (not an exception from deep inside, nor a column named None)."""

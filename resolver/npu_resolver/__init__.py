@@ -28,6 +28,7 @@ _LAZY = {
     "describe_catalog": "_describe",
     "describe_option": "_describe",
     "list_products": "_describe",
+    "MAX_DIFF_PRODUCTS": "_diff",
     "DiffCell": "_diff",
     "DiffError": "_diff",
     "check_diff_products": "_diff",
@@ -65,6 +66,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
     from ._diff import (
+        MAX_DIFF_PRODUCTS,
         DiffCell,
         DiffError,
         DiffResult,
@@ -88,6 +90,7 @@ __all__ = [
     "CATALOG_VERSION",
     "MAX_CONFIG_DEPTH",
     "MAX_CONFIG_ITEMS",
+    "MAX_DIFF_PRODUCTS",
     "MAX_EXACT_INT",
     "MAX_OBJECT_DEPTH",
     "PATH_KEYS",

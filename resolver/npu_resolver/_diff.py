@@ -13,15 +13,27 @@ from typing import Final
 from ._catalog import CATALOG, Catalog
 from ._model import JSON, Resolution, ResolveRequest, Source
 from ._pipeline import resolve
-from ._products import product_id
+from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
 
 MIN_DIFF_PRODUCTS: Final = 2
 """Names a diff needs: two names of one product will do (they make one column)."""
+MAX_DIFF_PRODUCTS: Final = 16
+"""Columns a diff takes: each costs a full resolve, and a server holds one call for all of
+them. The same limit in process and through a server, so both give the same answer."""
 
 
 class DiffError(ValueError):
-    """A diff that cannot be made: fewer than two products named."""
+    """A diff that cannot be made: fewer than two products named, or more columns than
+    MAX_DIFF_PRODUCTS. `reason` is the code a server refuses it with (TOO_FEW_PRODUCTS or
+    TOO_MANY_PRODUCTS)."""
+
+    def __init__(self, message: str, reason: str = "TOO_FEW_PRODUCTS") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[DiffError], tuple[str, str]]:
+        return (type(self), (str(self), self.reason))
 
 
 def diff_columns(products: Sequence[str]) -> list[str]:
@@ -34,11 +46,28 @@ def diff_columns(products: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(product_id(n) or n for n in products))
 
 
-def check_diff_products(products: Sequence[str]) -> None:
-    """Raise DiffError unless `products` names enough products for a diff. Cheap, so that
-    adapters can ask before reading anything else of the request."""
+def check_diff_products(products: Sequence[str]) -> list[str]:
+    """The diff's columns (as diff_columns), or DiffError when `products` names fewer than
+    two products or more than MAX_DIFF_PRODUCTS different ones. Cheap, so that adapters can
+    ask before reading anything else of the request; one str is a TypeError, not a list of
+    its characters."""
+    if isinstance(products, str | bytes):
+        raise TypeError(
+            f"a diff's products is a list of product names, not one {type(products).__name__}; "
+            f"pass [{products!r}, ...] with two or more names"
+        )
     if len(products) < MIN_DIFF_PRODUCTS:
         raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
+    columns = diff_columns(products)
+    if len(columns) > MAX_DIFF_PRODUCTS:
+        known = ", ".join(p.id for p in PRODUCTS)
+        raise DiffError(
+            f"a diff takes at most {MAX_DIFF_PRODUCTS} products and this one names "
+            f"{len(columns)} (a product named twice counts once); name at most "
+            f"{MAX_DIFF_PRODUCTS}: the {len(PRODUCTS)} known ones are {known}",
+            "TOO_MANY_PRODUCTS",
+        )
+    return columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +120,15 @@ def diff(
 ) -> DiffResult:
     """Resolve `request` once per product (its own `product` is ignored) and line them up.
 
-    Raises DiffError when fewer than two products are named; an unknown product is a column
-    whose result carries UNKNOWN_PRODUCT."""
-    check_diff_products(products)
+    Raises DiffError when fewer than two products or more than MAX_DIFF_PRODUCTS are named
+    (as a server refuses them); an unknown product is a column whose result carries
+    UNKNOWN_PRODUCT."""
     # A product named twice, by id or alias, is one column, resolved once.
+    columns = check_diff_products(products)
     return diff_of(
         [
             (product, resolve(replace(request, product=product), catalog=catalog, policy=policy))
-            for product in diff_columns(products)
+            for product in columns
         ],
         catalog=catalog,
     )

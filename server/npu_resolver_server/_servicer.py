@@ -107,7 +107,7 @@ def _status(
 MAX_BATCH_ITEMS: Final = 1000
 BATCH_SLICE: Final = 16
 """Items answered between two yields to the event loop."""
-MAX_DIFF_PRODUCTS: Final = 16
+MAX_DIFF_PRODUCTS: Final = npu_resolver.MAX_DIFF_PRODUCTS
 MAX_DETAILS_BYTES: Final = 5000
 """Status details travel base64-encoded in a trailer; with the message they must stay under
 the 8 KiB of metadata a default gRPC client accepts, or the caller gets no report at all."""
@@ -486,19 +486,11 @@ class ResolverService:
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         request, too_deep = parse_with_config(pb.DiffRequest, raw)
-        try:  # before any work, as the cap below
-            npu_resolver.check_diff_products(request.products)
+        try:  # before any work: the core's limits, the same as in process
+            # A product named twice, by id or alias, is one column: the cap counts columns.
+            products = npu_resolver.check_diff_products(request.products)
         except npu_resolver.DiffError as exc:
-            raise _RefusedError(str(exc), "products", "TOO_FEW_PRODUCTS") from None
-        # A product named twice, by id or alias, is one column: the cap counts columns.
-        products = npu_resolver.diff_columns(request.products)
-        if len(products) > MAX_DIFF_PRODUCTS:
-            raise _RefusedError(
-                f"a diff takes at most {MAX_DIFF_PRODUCTS} products (there are "
-                f"{len(npu_resolver.PRODUCTS)}), this one names {len(products)}",
-                "products",
-                "TOO_MANY_PRODUCTS",
-            )
+            raise _RefusedError(str(exc), "products", exc.reason) from None
         # Each column once; two names of one product still make a diff, as in process.
         names = products if len(products) > 1 else list(request.products[:2])
         policy = self._policy()

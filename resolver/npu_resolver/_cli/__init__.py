@@ -429,10 +429,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from .._diff import DiffError, check_diff_products
     from ._explain import render_diff
 
-    try:  # before reading anything or reaching a server
+    try:  # before reading anything or reaching a server: the same words either way
         check_diff_products(args.product)
     except DiffError as exc:
-        raise UsageError(f"diff: {exc} (--product A --product B)") from None
+        usage = " (--product A --product B)" if exc.reason == "TOO_FEW_PRODUCTS" else ""
+        raise UsageError(f"diff: {exc}{usage}") from None
     # The diff resolves once per product; the request's own product is the first of them.
     request = _request(args, args.product[0])
     result = _transport(args).diff(request, args.product)
