@@ -393,6 +393,26 @@ def test_diff_refuses_a_product_name_that_is_not_a_str_with_a_type_error() -> No
         npu_resolver.diff(ResolveRequest(product=""), [None, "atlas-a2"])  # type: ignore[list-item]
 
 
+def test_arguments_of_the_wrong_type_are_type_errors_naming_the_parameter(
+    client: ResolverClient,
+) -> None:
+    """Not a diff of the letters of one name, nor an AttributeError from deep inside."""
+    request_ = ResolveRequest(product="atlas-a2")
+    with pytest.raises(TypeError, match=r"products is a list of product names, not one str"):
+        npu_resolver.diff(request_, "atlas-a2")
+    with pytest.raises(TypeError, match=r"products is a list of product names, not one str"):
+        client.diff(request_, "atlas-a2")
+    calls: list[Any] = [
+        npu_resolver.resolve,
+        lambda r, **kw: npu_resolver.diff(r, ["a", "b"], **kw),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"policy must be an npu_resolver.Policy, not str; "):
+            call(request_, policy="pol.toml")
+        with pytest.raises(TypeError, match=r"request must be an npu_resolver.ResolveRequest"):
+            call({"product": "atlas-a2"})
+
+
 def test_diff_of_two_names_of_one_product_is_one_column(client: ResolverClient) -> None:
     request_ = ResolveRequest(product="", config={"hccl_timeout": 1000})
     local = npu_resolver.diff(request_, ["atlas-a2", "Ascend910B3"])

@@ -255,6 +255,11 @@ def _checked(request: object) -> None:
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
+    if isinstance(products, str | bytes):  # not a list of its characters, as in process
+        raise TypeError(
+            f"a diff's products is a list of product names, not one {type(products).__name__}; "
+            f"pass [{products!r}, ...] with two or more names"
+        )
     try:
         check_text(request)
         config_json = config_to_json(request.config)

@@ -12,7 +12,7 @@ from typing import Final
 
 from ._catalog import CATALOG, Catalog
 from ._model import JSON, Resolution, ResolveRequest, Source
-from ._pipeline import resolve
+from ._pipeline import check_arguments, resolve
 from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
 
@@ -122,7 +122,8 @@ def diff(
 
     Raises DiffError when fewer than two products or more than MAX_DIFF_PRODUCTS are named
     (as a server refuses them); an unknown product is a column whose result carries
-    UNKNOWN_PRODUCT."""
+    UNKNOWN_PRODUCT. A request, products or policy of the wrong type is a TypeError."""
+    check_arguments(request, policy, "diff")
     # A product named twice, by id or alias, is one column, resolved once.
     columns = check_diff_products(products)
     return diff_of(

@@ -265,13 +265,32 @@ def _provenance(slot: Slot) -> Provenance:
     return cached
 
 
+def check_arguments(request: object, policy: object, caller: str = "resolve") -> None:
+    """A TypeError naming the parameter for a request or policy of the wrong type: a mistake
+    in the calling code, said where it is made rather than as an AttributeError from inside."""
+    if not isinstance(request, ResolveRequest):
+        raise TypeError(
+            f"{caller}'s request must be an npu_resolver.ResolveRequest, not "
+            f"{type(request).__name__}; build one with ResolveRequest(product=..., config=...) "
+            "(or ResolveRequest.from_json(data) for a dict of its fields)"
+        )
+    if policy is not None and not callable(getattr(policy, "layer", None)):
+        raise TypeError(
+            f"{caller}'s policy must be an npu_resolver.Policy, not {type(policy).__name__}; "
+            "read the file with load_policy(path) (or parse_policy(text)) and pass that, "
+            "or None for no policy"
+        )
+
+
 def resolve(
     request: ResolveRequest,
     *,
     catalog: Catalog = CATALOG,
     policy: PolicyLike | None = None,
 ) -> Resolution:
-    """Resolve one request. Never raises on caller input: problems are diagnostics."""
+    """Resolve one request. Never raises on caller input: problems are diagnostics. A request
+    that is not a ResolveRequest, or a policy that is not a Policy, is a TypeError."""
+    check_arguments(request, policy)
     policy_version = policy.version if policy is not None else ""
     shape = config_shape(request.config)
     if shape is not None:
