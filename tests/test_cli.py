@@ -744,3 +744,23 @@ def test_a_diff_of_more_products_than_a_server_takes_is_refused_alike(grpc_targe
     assert local.returncode == remote.returncode == 2
     assert local.stderr == remote.stderr and local.stdout == remote.stdout == ""
     assert "a diff takes at most 16 products and this one names 17" in local.stderr
+
+
+def test_python_format_pasted_back_draws_no_warning_for_the_values_rules_derived() -> None:
+    """R-ESC-1 makes enable_small_channel 1 in online inference; the call says so, and the
+    call pasted back as the config resolves to the same options with no FORCED (nothing is
+    overridden: 1 stays 1)."""
+    args = ("resolve", "--product", "atlas-a2", "--set", "graph_run_mode=0", "--format", "python")
+    proc = run(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "enable_small_channel=1,  # DERIVED from graph_run_mode=0 (online inference)" in (
+        proc.stdout
+    )
+    namespace: dict[str, Any] = {"NPURunConfig": lambda **kw: kw}
+    exec(proc.stdout, namespace)  # the output is ours: a literal call of known options
+    pasted = namespace["config"]
+    assert pasted == {"graph_run_mode": 0, "enable_small_channel": 1}
+    sets = [f"{name}={value}" for name, value in pasted.items()]
+    code, again = resolve_json("--product", "atlas-a2", "--set", *sets)
+    assert code == 0 and again["diagnostics"] == []
+    assert again["options"]["enable_small_channel"] == 1

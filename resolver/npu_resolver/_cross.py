@@ -91,16 +91,16 @@ def inference_small_channel(state: State) -> None:
     if state.mode is not Mode.INFERENCE or slot is None:
         return
     detail = "graph_run_mode=0 (online inference)"
-    message = (
-        "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
-        f"remove it from {_origin(state, name)}."
-    )
     if slot.value != 1:
+        message = (
+            "enable_small_channel is always 1 in online inference (graph_run_mode 0); "
+            f"remove it from {_origin(state, name)}."
+        )
         state.force(name, 1, "R-ESC-1", detail, message)
         return
-    # Already 1, yet still not the caller's to choose: the rule decides it (the form the caller
-    # wrote, such as "1", stays in requested), and one who set it hears the setting is ignored,
-    # as a policy entry written for every product does not (its drops are quiet too).
+    # Already 1: the rule decides it (DERIVED; the form the caller wrote, such as "1", stays
+    # in requested), but nothing was overridden, so no FORCED: a config that says what the
+    # job runs with (the python format's output, pasted back) draws no warning.
     state.slots[name] = slot.changed(
         source=Source.DERIVED,
         rules=slot.with_rule("R-ESC-1").rules,
@@ -108,8 +108,6 @@ def inference_small_channel(state: State) -> None:
         env_var="",
         all_products=False,
     )
-    if slot.is_set and not slot.all_products:
-        state.emit(Code.FORCED, name, "R-ESC-1", message)
 
 
 def small_channel_in_training(state: State) -> None:

@@ -130,7 +130,9 @@ def object_options(result: Resolution) -> list[str]:
 
 def render_python(result: Resolution) -> str:
     """An NPURunConfig(...) call ready to paste: what was chosen, not what defaults give. An
-    object-valued option stays a comment holding its value, for the script to construct."""
+    object-valued option stays a comment holding its value, for the script to construct. A
+    DERIVED value is written (it is what the job runs with, and a rule that would derive it
+    again draws no warning for it) with what it was derived from."""
     lines = ["config = NPURunConfig("]
     for name in _chosen(result):
         value, prov = result.options[name], result.provenance[name]
@@ -139,6 +141,8 @@ def render_python(result: Resolution) -> str:
             lines.append(f"    # {name}={literal},  # a config object: construct it in the script")
             continue
         why = f"  # {prov.source.value}" + (f" ({prov.env_var})" if prov.env_var else "")
+        if prov.source is Source.DERIVED and prov.detail:  # what the rule made of the rest
+            why += f" from {shown(prov.detail)}"
         lines.append(f"    {name}={_python_literal(value)},{why}")
     lines.append(")")
     if not result.ok:
