@@ -974,6 +974,40 @@ def test_a_credential_file_that_is_not_pem_is_unreadable_input_not_an_unreachabl
         ResolverClient("127.0.0.1:1", **credentials)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("given", "refused", "holds"),
+    [
+        ({"--tls-ca": "client_key"}, "--tls-ca", "certificate"),
+        ({"--tls-cert": "client_key", "--tls-key": "client_cert"}, "--tls-cert", "certificate"),
+        ({"--tls-key": "client_cert"}, "--tls-key", "private key"),
+    ],
+)
+def test_a_key_given_for_a_certificate_or_the_other_way_round_is_refused_naming_the_flag(
+    certs: dict[str, Path], given: dict[str, str], refused: str, holds: str
+) -> None:
+    """PEM all the same, yet gRPC would refuse it only when connecting (exit 3, with its own
+    log lines): the labels are checked, by the CLI (exit 2), the client's constructor and the
+    server's settings alike."""
+    from tests.test_cli import run
+
+    files = {"--tls-ca": "ca", "--tls-cert": "client_cert", "--tls-key": "client_key", **given}
+    args = [item for flag, name in files.items() for item in (flag, str(certs[name]))]
+    proc = run("resolve", "--product", "atlas-a2", "--server", f"127.0.0.1:{free_port()}", *args)
+    assert proc.returncode == 2, proc.stderr
+    said = f"{refused} {certs[files[refused]]} holds no {holds}: no -----BEGIN "
+    assert said in proc.stderr and "unreachable" not in proc.stderr
+    params = {"--tls-ca": "root_certificates", "--tls-cert": "certificate_chain"}
+    credentials = {params.get(flag, "private_key"): certs[name] for flag, name in files.items()}
+    with pytest.raises(ValueError, match=f"^{params.get(refused, 'private_key')} holds no {holds}"):
+        ResolverClient("127.0.0.1:1", **credentials)  # type: ignore[arg-type]
+    server = {"--tls-cert": "cert", "--tls-key": "key", **given}
+    server.pop("--tls-ca", None)
+    server["--tls-client-ca"] = files["--tls-ca"]
+    flag = "--tls-client-ca" if refused == "--tls-ca" else refused
+    with pytest.raises(ValueError, match=f"{flag} {certs[server[flag]]} holds no {holds}"):
+        ServerSettings(**{f[2:].replace("-", "_"): certs[n] for f, n in server.items()})  # type: ignore[arg-type]
+
+
 def test_wait_for_ready_bridges_a_server_that_starts_late() -> None:
     """Without it, the retries give up after about 1.5 s; with it, the call waits (within its
     deadline) for the replica that is restarting."""

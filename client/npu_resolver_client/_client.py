@@ -372,9 +372,10 @@ class _Settings:
         self.target = target
         self.timeout = timeout
         self.tls = root_certificates is not None or private_key is not None
-        self.root_certificates = checked_pem("root_certificates", _read(root_certificates))
-        self.private_key = checked_pem("private_key", _read(private_key))
-        self.certificate_chain = checked_pem("certificate_chain", _read(certificate_chain))
+        roots, chain = _read(root_certificates), _read(certificate_chain)
+        self.root_certificates = checked_pem("root_certificates", roots, "CERTIFICATE")
+        self.certificate_chain = checked_pem("certificate_chain", chain, "CERTIFICATE")
+        self.private_key = checked_pem("private_key", _read(private_key), "PRIVATE KEY")
         self.metadata = _bearer(token)
         self.options = channel_options(max_message_bytes, options)
         self.wait_for_ready = wait_for_ready

@@ -6,7 +6,10 @@ flag and a constructor argument are refused alike.
 
 from __future__ import annotations
 
-__all__ = ["checked_pem", "checked_token"]
+import re
+from typing import Final, Literal
+
+__all__ = ["PemKind", "checked_pem", "checked_token", "pem_problem"]
 
 
 def checked_token(token: str) -> str:
@@ -25,10 +28,55 @@ def checked_token(token: str) -> str:
     return token
 
 
-def checked_pem(what: str, data: bytes | None) -> bytes | None:
-    """Certificates and keys as gRPC takes them, PEM text. Anything else (DER, a path given as
-    bytes, an empty file) fails only at the first call, as if the server could not be reached:
-    it is a ValueError here, where the mistake is made."""
-    if data is not None and not (b"-----BEGIN " in data and b"-----END " in data):
-        raise ValueError(f"{what} is not PEM text (no -----BEGIN and -----END lines)")
+PemKind = Literal["CERTIFICATE", "PRIVATE KEY"]
+"""What a PEM file must hold: a CA bundle and a certificate chain hold certificates, a key file
+a private key (PKCS#8 or a traditional RSA or EC one)."""
+
+_BLOCK: Final = re.compile(rb"-----BEGIN ([A-Z0-9 ]{1,64})-----")
+_THING: Final = {"CERTIFICATE": "certificate", "PRIVATE KEY": "private key"}
+_BEGIN: Final = {
+    "CERTIFICATE": "-----BEGIN CERTIFICATE-----",
+    "PRIVATE KEY": "-----BEGIN ...PRIVATE KEY-----",
+}
+
+
+def _holds(data: bytes, label: str, kind: PemKind) -> bool:
+    """Whether a block of this label, begun and ended, is what `kind` asks for."""
+    fits = label == kind if kind == "CERTIFICATE" else label.endswith(kind)
+    return fits and b"-----END " + label.encode("ascii") + b"-----" in data
+
+
+def pem_problem(data: bytes, kind: PemKind | None = None) -> str:
+    """Why `data` cannot serve as PEM holding `kind`, or "" when it can. A key given where a
+    certificate goes (or the other way round) is PEM all the same, and gRPC would refuse it only
+    when it opens the connection, as a server it cannot reach."""
+    if not (b"-----BEGIN " in data and b"-----END " in data):
+        return "is not PEM text (no -----BEGIN and -----END lines)"
+    if kind is None:
+        return ""
+    labels = list(dict.fromkeys(m.decode("ascii") for m in _BLOCK.findall(data)))
+    if any(_holds(data, label, kind) for label in labels):
+        return ""
+    found = ", ".join(labels) if labels else "no complete block"
+    other: PemKind = "PRIVATE KEY" if kind == "CERTIFICATE" else "CERTIFICATE"
+    swapped = (
+        f" (a {_THING[other]} where the {_THING[kind]} goes?)"
+        if any(_holds(data, label, other) for label in labels)
+        else ""
+    )
+    return (
+        f"holds no {_THING[kind]}: no {_BEGIN[kind]} block, only {found}{swapped}; "
+        f"give the PEM file of the {_THING[kind]}"
+    )
+
+
+def checked_pem(what: str, data: bytes | None, kind: PemKind | None = None) -> bytes | None:
+    """Certificates and keys as gRPC takes them, PEM text, and with `kind` holding that kind
+    of block. Anything else (DER, a path given as bytes, an empty file, a key given for a
+    certificate) fails only at the first call, as if the server could not be reached: it is a
+    ValueError here naming `what`, where the mistake is made."""
+    if data is not None:
+        problem = pem_problem(data, kind)
+        if problem:
+            raise ValueError(f"{what} {problem}")
     return data

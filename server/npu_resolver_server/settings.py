@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from npu_resolver import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS
+from npu_resolver_client.credentials import PemKind, pem_problem
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
@@ -95,7 +96,8 @@ class ServerSettings(BaseSettings):
             ("--tls-client-ca", self.tls_client_ca),
             ("--admin-token-file", self.admin_token_file),
         ):  # read once at start: a wrong path is said here, naming its flag
-            problem = _file_problem(path, pem=flag != "--admin-token-file")
+            kind = _PEM_KINDS.get(flag)
+            problem = _file_problem(path, pem=kind)
             if problem:
                 raise ValueError(f"{flag} {path} {problem}")
         return self
@@ -105,10 +107,18 @@ class ServerSettings(BaseSettings):
         return self.tls_cert is not None
 
 
-def _file_problem(path: Path | None, *, pem: bool) -> str:
+_PEM_KINDS: Final[dict[str, PemKind]] = {
+    "--tls-cert": "CERTIFICATE",
+    "--tls-key": "PRIVATE KEY",
+    "--tls-client-ca": "CERTIFICATE",
+}
+
+
+def _file_problem(path: Path | None, *, pem: PemKind | None) -> str:
     """Why a file the server reads at start cannot serve, or "". A pipe (`<(vault read ...)`)
     is taken as it is; a certificate or key in a regular file must be PEM, the only form gRPC
-    reads (anything else fails later as an address that cannot be bound)."""
+    reads, holding a certificate or a private key as its flag says (anything else, a key given
+    for the certificate included, fails later as an address that cannot be bound)."""
     if path is None:
         return ""
     if not path.exists():
@@ -120,6 +130,7 @@ def _file_problem(path: Path | None, *, pem: bool) -> str:
             head = file.read(1 << 20)
         if b"-----BEGIN " not in head:
             return "is not PEM text (no -----BEGIN line)"
+        return pem_problem(head, pem)
     return ""
 
 

@@ -302,7 +302,9 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
             if param == "token":
                 found[param] = checked_token(data.decode("utf-8", "replace"))
             else:
-                found[param] = checked_pem(named, data)
+                found[param] = checked_pem(
+                    named, data, "PRIVATE KEY" if param == "private_key" else "CERTIFICATE"
+                )
         except ValueError as exc:
             raise UsageError(str(exc) if param != "token" else f"{named}: {exc}") from None
     if ("certificate_chain" in found) != ("private_key" in found):
