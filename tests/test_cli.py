@@ -764,3 +764,34 @@ def test_python_format_pasted_back_draws_no_warning_for_the_values_rules_derived
     code, again = resolve_json("--product", "atlas-a2", "--set", *sets)
     assert code == 0 and again["diagnostics"] == []
     assert again["options"]["enable_small_channel"] == 1
+
+
+def test_explain_without_an_option_lists_every_option_which_unknown_option_points_to() -> None:
+    """UNKNOWN_OPTION with no close name sends the caller to `npu-resolve explain`: it lists
+    every option (name, type, summary), as text and as JSON, all or one product's."""
+    from npu_resolver import CATALOG
+
+    code, out = resolve_json("--product", "atlas-a2", "--set", "zzzzzzzz=1")
+    assert code == 1
+    [unknown] = out["diagnostics"]
+    assert unknown["code"] == "UNKNOWN_OPTION"
+    assert unknown["message"].endswith("`npu-resolve explain` lists the options.")
+    proc = run("explain")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "63 options; `npu-resolve explain OPTION` tells one in full"
+    assert len(lines) == 1 + len(CATALOG.options)
+    assert lines[1].split() == ["graph_run_mode", "int", *CATALOG.options[0].summary.split()]
+    listed = json.loads(run("explain", "--json").stdout)
+    assert [o["name"] for o in listed] == [o.name for o in CATALOG.options]
+    assert listed[0] == {
+        "name": "graph_run_mode",
+        "type": "int",
+        "section": "basic",
+        "summary": CATALOG.options[0].summary,
+        "flags": [],
+    }
+    training = json.loads(run("explain", "--product", "Ascend910ProB", "--json").stdout)
+    assert "input_batch_cpy" not in {o["name"] for o in training}  # R-IBC-1: not on training
+    unknown_product = run("explain", "--product", "atlas-9000")
+    assert unknown_product.returncode == 2 and "atlas-training" in unknown_product.stderr

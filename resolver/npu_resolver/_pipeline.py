@@ -133,7 +133,9 @@ def _read_config(
             shown = printable(key_text(name)[:100])
             suggestion = catalog.suggest(shown)
             hint = (
-                f"; did you mean {suggestion!r}?" if suggestion else "; see `npu-resolve explain`."
+                f"; did you mean {suggestion!r}?"
+                if suggestion
+                else "; `npu-resolve explain` lists the options."
             )
             state.emit(
                 Code.UNKNOWN_OPTION,

@@ -413,8 +413,14 @@ def _cmd_products(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from ._explain import render_explain
+    from ._explain import render_explain, render_option_list
 
+    if args.option is None:  # the list to find a name in
+        try:
+            _print(render_option_list(args.product, as_json=args.json))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        return EXIT_OK
     if args.option not in CATALOG:
         hint = CATALOG.suggest(args.option)
         raise UsageError(
@@ -550,8 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
     _server_arguments(products, "ask a running server")
     products.set_defaults(func=_cmd_products)
 
-    explain = sub.add_parser("explain", help="what the source says about one option")
-    explain.add_argument("option")
+    explain = sub.add_parser(
+        "explain", help="what the source says about one option; without one, every option"
+    )
+    explain.add_argument("option", nargs="?", help="an option name (without it: list them all)")
     explain.add_argument("--product", help="only this product")
     explain.add_argument("--json", action="store_true")
     explain.set_defaults(func=_cmd_explain)

@@ -44,6 +44,36 @@ def _value(value: JSON) -> str:
     return "-" if value is None else json.dumps(value, ensure_ascii=False)
 
 
+def render_option_list(product: str | None, *, as_json: bool = False) -> str:
+    """Every option (with `product`, those that exist on it): name, type, section and summary,
+    so that a name can be found without knowing it, and then explained."""
+    listed: list[dict[str, Any]] = []
+    pid = ""
+    for option in CATALOG.options:
+        if product:  # ValueError naming the known products for an unknown one
+            ((pid, support),) = describe_option(option, product)["products"].items()
+            if not support["supported"]:
+                continue
+        listed.append(
+            {
+                "name": option.name,
+                "type": option.type.value,
+                "section": option.section.value,
+                "summary": option.summary,
+                "flags": [f for f in ("deprecated", "experimental") if getattr(option, f)],
+            }
+        )
+    if as_json:
+        return json.dumps(listed, indent=2, ensure_ascii=False)
+    where = f" on {pid}" if pid else ""
+    lines = [f"{len(listed)} options{where}; `npu-resolve explain OPTION` tells one in full"]
+    width = max(len(o["name"]) for o in listed)
+    for o in listed:
+        marks = f" [{', '.join(o['flags'])}]" if o["flags"] else ""
+        lines.append(f"  {o['name']:<{width}}  {o['type']:<6}  {o['summary']}{marks}")
+    return "\n".join(lines)
+
+
 def render_explain(name: str, product: str | None, *, as_json: bool = False) -> str:
     option = CATALOG.by_name[name]
     described = describe_option(option, product)  # ValueError naming the known products
