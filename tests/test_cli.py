@@ -795,3 +795,38 @@ def test_explain_without_an_option_lists_every_option_which_unknown_option_point
     assert "input_batch_cpy" not in {o["name"] for o in training}  # R-IBC-1: not on training
     unknown_product = run("explain", "--product", "atlas-9000")
     assert unknown_product.returncode == 2 and "atlas-training" in unknown_product.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "first", "second"),
+    [
+        ("resolve", "--product", "atlas-a2", "atlas-training"),
+        ("resolve", "--config", "a.json", "b.json"),
+        ("resolve", "--workdir", "/a", "/b"),
+        ("resolve", "--profile", "default", "debug"),
+        ("resolve", "--policy", "a.toml", "b.toml"),
+        ("resolve", "--server", "127.0.0.1:1", "127.0.0.1:2"),
+        ("resolve", "--format", "json", "table"),
+        ("resolve", "--tls-ca", "a.pem", "b.pem"),
+        ("resolve", "--token-file", "a", "b"),
+        ("diff", "--workdir", "/a", "/b"),
+        ("explain", "--product", "atlas-a2", "atlas-a3"),
+        ("policy show", "--policy", "a.toml", "b.toml"),
+    ],
+)
+def test_a_single_valued_flag_given_twice_is_a_usage_error_naming_it(
+    command: str, flag: str, first: str, second: str
+) -> None:
+    """Not the last one silently: which was meant cannot be told, as for a --set name twice."""
+    base = {
+        "resolve": ["resolve", "--product", "atlas-a2"],
+        "diff": ["diff", "--product", "atlas-a2", "--product", "atlas-a3"],
+        "explain": ["explain", "hccl_timeout"],
+        "policy show": ["policy", "show"],
+    }[command]
+    if flag == "--product" and command == "resolve":
+        base = ["resolve"]
+    proc = run(*base, flag, first, flag, second)
+    assert proc.returncode == 2
+    said = f"argument {flag}: given twice ({first!r} and {second!r}); give it once"
+    assert said in proc.stderr and proc.stdout == ""

@@ -52,7 +52,35 @@ class UsageError(Exception):
     """Bad arguments or unreadable input (exit status 2)."""
 
 
+class _Once(argparse.Action):
+    """A flag that takes one value, refused when given twice: argparse would keep the last
+    silently, and which of the two was meant cannot be told (as for a --set name twice)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given: dict[str, Any] = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            raise argparse.ArgumentError(
+                self, f"given twice ({given[self.dest]!r} and {values!r}); give it once"
+            )
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        """A flag that stores one value takes it once (see _Once); flags that gather values
+        (--set, diff's --product) and switches are left as they are."""
+        is_flag = bool(names) and str(names[0]).startswith("-")
+        if is_flag and kwargs.get("action", "store") == "store" and "nargs" not in kwargs:
+            kwargs["action"] = _Once
+        return super().add_argument(*names, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         raise UsageError(message)
