@@ -5,6 +5,7 @@ real one."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -488,3 +489,49 @@ def test_a_report_too_large_for_any_trailer_reaches_the_caller_whole() -> None:
         error = asyncio.run(call())
         assert _json(error.resolution) == expected.to_json()
         assert len(error.violations) == 200
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), -float("inf")])
+def test_a_timeout_that_is_not_positive_is_a_value_error_naming_it(bad: float) -> None:
+    """Not a call that fails at once as if the server were down (ResolverUnavailable)."""
+    said = r"^timeout must be a positive number of seconds, or math.inf for no deadline"
+    with pytest.raises(ValueError, match=said):
+        ResolverClient("127.0.0.1:1", timeout=bad)
+    with pytest.raises(ValueError, match=said):
+        AsyncResolverClient("127.0.0.1:1", timeout=bad)
+    with ResolverClient("127.0.0.1:1") as client, pytest.raises(ValueError, match=said):
+        client.list_products(timeout=bad)
+
+    async def per_call() -> None:
+        client = AsyncResolverClient("127.0.0.1:1")
+        try:
+            await client.list_products(timeout=bad)
+        finally:
+            await client.close()
+
+    with pytest.raises(ValueError, match=said):
+        asyncio.run(per_call())
+
+
+@pytest.mark.parametrize("long", [math.inf, 1e10, 1e300])
+def test_an_infinite_or_huge_timeout_is_no_deadline_or_a_long_one(
+    grpc_target: str,  # noqa: F811
+    long: float,
+) -> None:
+    """math.inf means no deadline; a finite one too far off for gRPC (which takes it as past)
+    is capped, so the call is answered rather than DEADLINE_EXCEEDED at once."""
+    with ResolverClient(grpc_target, timeout=long) as client:
+        assert client.resolve("atlas-a2").ok
+    with ResolverClient(grpc_target) as client:
+        assert client.resolve("atlas-a2", timeout=long).ok
+
+    async def both() -> bool:
+        client = AsyncResolverClient(grpc_target, timeout=long)
+        try:
+            first = await client.resolve("atlas-a2")
+            second = await client.resolve("atlas-a2", timeout=long)
+        finally:
+            await client.close()
+        return first.ok and second.ok
+
+    assert asyncio.run(both())

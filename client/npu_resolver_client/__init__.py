@@ -14,6 +14,7 @@ an unreachable server raises `ResolverUnavailable`; other failures `ResolverCall
 from ._client import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
+    MAX_TIMEOUT,
     SERVICE_CONFIG,
     AsyncResolverClient,
     PolicyInfo,
@@ -34,6 +35,7 @@ from ._errors import (
 __all__ = [
     "DEFAULT_TARGET",
     "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
     "SERVICE_CONFIG",
     "AsyncResolverClient",
     "FieldViolation",

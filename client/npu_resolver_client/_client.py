@@ -1,12 +1,14 @@
 """Blocking and asyncio clients; both return the core's types, never raw protobuf.
 
-Every call has a deadline (10 s unless given). UNAVAILABLE is retried by gRPC itself through
-the channel's service config (retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s backoff, so
-about 1.5 s in all). `wait_for_ready=True` waits instead for a server that is (re)starting, up
-to the deadline: it bridges the restart of a single replica, and makes a call to a server that
-is down take the whole deadline before ResolverUnavailable. The channel balances
-round_robin over every address the target resolves to, so `dns:///resolver-headless:50051`
-spreads calls over all replicas.
+Every call has a deadline (10 s unless given; `timeout` in seconds, on the client or per call,
+`math.inf` for none, a positive number otherwise: 0, a negative or NaN is a ValueError, and a
+deadline beyond MAX_TIMEOUT, about three years, is that long). UNAVAILABLE is retried by gRPC
+itself through the channel's service config (retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s
+backoff, so about 1.5 s in all). `wait_for_ready=True` waits instead for a server that is
+(re)starting, up to the deadline: it bridges the restart of a single replica, and makes a call
+to a server that is down take the whole deadline before ResolverUnavailable. The channel
+balances round_robin over every address the target resolves to, so
+`dns:///resolver-headless:50051` spreads calls over all replicas.
 
 A request with errors fails INVALID_ARGUMENT with its report packed in the status details. A
 report too large for the metadata a client accepts is left out of them; `resolve` then asks
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +62,9 @@ from .credentials import checked_pem, checked_token
 JSON = Any
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
 DEFAULT_TIMEOUT: Final = 10.0
+MAX_TIMEOUT: Final = 1e8
+"""The longest deadline given to gRPC, in seconds (about three years). gRPC takes a deadline
+much further off (1e10 s) as one already past, so a longer finite timeout means this one."""
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 # gRPC refuses trailers over 8 KiB at random and all over 16 KiB by default; an error report's
 # status details may be larger.
@@ -351,6 +358,24 @@ def _pid(metadata: Any) -> str:
     return ""
 
 
+def _deadline_seconds(timeout: object) -> float | None:
+    """A `timeout` as gRPC takes it: None for no deadline (math.inf), else at most
+    MAX_TIMEOUT. Zero, a negative or NaN is a ValueError naming the argument, not a call that
+    fails at once as if the server were unreachable."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"timeout is a number of seconds (math.inf for no deadline), "
+            f"not {type(timeout).__name__}"
+        )
+    seconds = float(timeout)
+    if math.isnan(seconds) or seconds <= 0:
+        raise ValueError(
+            f"timeout must be a positive number of seconds, or math.inf for no deadline; "
+            f"got {timeout!r}"
+        )
+    return None if math.isinf(seconds) else min(seconds, MAX_TIMEOUT)
+
+
 class _Settings:
     """What both clients share: target, deadline, credentials, metadata."""
 
@@ -370,7 +395,7 @@ class _Settings:
         if (private_key is None) != (certificate_chain is None):
             raise ValueError("private_key and certificate_chain go together (mutual TLS)")
         self.target = target
-        self.timeout = timeout
+        self.timeout = None if timeout is None else _deadline_seconds(timeout)
         self.tls = root_certificates is not None or private_key is not None
         roots, chain = _read(root_certificates), _read(certificate_chain)
         self.root_certificates = checked_pem("root_certificates", roots, "CERTIFICATE")
@@ -394,7 +419,8 @@ class _Settings:
         return module.insecure_channel(self.target, options=self.options)
 
     def deadline(self, timeout: float | None) -> float | None:
-        return self.timeout if timeout is None else timeout
+        """A call's deadline in seconds (None: none): its own `timeout`, else the client's."""
+        return self.timeout if timeout is None else _deadline_seconds(timeout)
 
 
 class ResolverClient:
@@ -404,6 +430,10 @@ class ResolverClient:
     `ResolveError` when the request has errors (INVALID_ARGUMENT, carrying the full report),
     `ResolverUnavailable` when the server cannot be reached in time, `ResolverCallError` for
     anything else.
+
+    `timeout` (seconds; here for every call, or per call, None there meaning the client's) is a
+    positive number, or math.inf (or None here) for no deadline; 0, a negative or NaN is a
+    ValueError, and one beyond MAX_TIMEOUT waits MAX_TIMEOUT.
     """
 
     def __init__(
@@ -577,6 +607,8 @@ class AsyncResolverClient:
     another loop raises ResolverCallError FAILED_PRECONDITION: its channel cannot be shared
     between two live loops, and a second channel in secret would double the connections and
     leave the first for nobody to close; make one client per loop.
+
+    `timeout` as for ResolverClient: positive seconds, math.inf for no deadline.
     """
 
     def __init__(
