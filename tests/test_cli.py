@@ -830,3 +830,48 @@ def test_a_single_valued_flag_given_twice_is_a_usage_error_naming_it(
     assert proc.returncode == 2
     said = f"argument {flag}: given twice ({first!r} and {second!r}); give it once"
     assert said in proc.stderr and proc.stdout == ""
+
+
+def test_credential_server_and_attach_mistakes_are_said_in_the_clis_terms(tmp_path: Path) -> None:
+    """Each a usage error that says what to do on the command line: not Python advice, not a
+    silent in-process answer for an empty --server, the --attach form as its help writes it."""
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    server = ("--server", "127.0.0.1:9")
+    cases = [
+        (
+            [*server, "--token-file", str(empty)],
+            f"--token-file {empty} is empty (or only whitespace); write the bearer token in it, "
+            "or leave --token-file out to call without a token",
+        ),
+        (["--attach", "op_debug_config"], "--attach expects OPTION=FILE, got 'op_debug_config'"),
+        (["--server", ""], "--server '' is not HOST:PORT"),
+        ([*server, "--tls-ca", ""], "--tls-ca is given no file name; name the file"),
+        (["--token-file", str(empty)], "--token-file go with --server"),
+    ]
+    for args, said in cases:
+        proc = run("resolve", "--product", "atlas-a2", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert said in proc.stderr and proc.stdout == "", args
+        assert "token=None" not in proc.stderr
+
+
+def test_diagnostics_read_as_english_and_as_the_answer_shows_the_values() -> None:
+    """One rule not checked 'was'; a range without an upper bound is open ([0, +inf)); R-SST-2
+    names the configured HCCL timeout it compares with beside the rounded one shown."""
+    _, out = resolve_json(
+        "--product", "atlas-a2", "--set", "modify_mixlist=m.json",
+        "precision_mode=allow_mix_precision", "session_device_id=-1",
+    )  # fmt: skip
+    messages = {d["option"]: d["message"] for d in out["diagnostics"]}
+    assert "so R-MML-1 was not checked; attach it to check that rule." in messages["modify_mixlist"]
+    assert "session_device_id -1 is outside [0, +inf) on atlas-a2" in messages["session_device_id"]
+    _, out = resolve_json(
+        "--product", "atlas-training", "--set", "hccl_timeout=600", "stream_sync_timeout=600000"
+    )
+    assert out["options"]["hccl_timeout"] == 544
+    [advice] = [d for d in out["diagnostics"] if d["code"] == "ADVICE"]
+    assert advice["message"] == (
+        "stream_sync_timeout 600000 ms is not above the configured HCCL timeout, 600 s (544 s "
+        "after rounding); in a cluster job set it above 600000 ms."
+    )

@@ -266,7 +266,11 @@ def apply_content_rules(
                 option,
                 rules[0],
                 f"{option} names a file whose content was not attached, so "
-                f"{', '.join(rules)} were not checked; attach it to check them.",
+                + (
+                    f"{rules[0]} was not checked; attach it to check that rule."
+                    if len(rules) == 1
+                    else f"{', '.join(rules)} were not checked; attach it to check them."
+                ),
             )
             continue
         parsed = _parse(state, option, text)

@@ -596,13 +596,21 @@ def stream_sync_above_hccl(state: State) -> None:
         return
     # The source compares with the configured value (hccl_timeout or HCCL_EXEC_TIMEOUT, as it
     # took effect before R-HCT-3 rounded it); the larger of the two must be exceeded.
-    seconds = max(hccl, state.unrounded.get("hccl_timeout", hccl))
+    configured = state.unrounded.get("hccl_timeout", hccl)
+    seconds = max(hccl, configured)
     if sst <= seconds * 1000:
+        # Said as compared, so that it does not contradict the hccl_timeout the answer shows.
+        if configured == hccl:
+            timeout = f"the HCCL timeout, {hccl} s"
+        elif seconds == configured:
+            timeout = f"the configured HCCL timeout, {configured} s ({hccl} s after rounding)"
+        else:  # rounded up to the least the runtime takes
+            timeout = f"the HCCL timeout, {hccl} s after rounding ({configured} s configured)"
         state.emit(
             Code.ADVICE,
             "stream_sync_timeout",
             "R-SST-2",
-            f"stream_sync_timeout {sst} ms is not above the HCCL timeout, which is {seconds} s; "
+            f"stream_sync_timeout {sst} ms is not above {timeout}; "
             f"in a cluster job set it above {seconds * 1000} ms.",
         )
 

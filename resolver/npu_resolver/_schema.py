@@ -73,9 +73,12 @@ class Range:
         return self.maximum is None or value <= self.maximum
 
     def text(self) -> str:
+        """Interval notation: an open end has a round bracket, so no bound reads as a value
+        the range holds ([0, +inf) and not [0, +inf])."""
         low = "-inf" if self.minimum is None else str(self.minimum)
         high = "+inf" if self.maximum is None else str(self.maximum)
-        return f"{'(' if self.min_exclusive or self.minimum is None else '['}{low}, {high}]"
+        left = "(" if self.min_exclusive or self.minimum is None else "["
+        return f"{left}{low}, {high}{')' if self.maximum is None else ']'}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,14 +108,16 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser = action.choices[name]
 
 
-def _pairs(items: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
-    """NAME=VALUE items; a name given twice is refused, as a config naming a key twice is:
-    which of the two was meant cannot be told."""
+def _pairs(
+    items: Sequence[str] | None, flag: str, form: str = "NAME=VALUE"
+) -> list[tuple[str, str]]:
+    """NAME=VALUE items (`form` says them as the flag's help does); a name given twice is
+    refused, as a config naming a key twice is: which of the two was meant cannot be told."""
     pairs: dict[str, str] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise UsageError(f"{flag} expects NAME=VALUE, got {item!r}")
+            raise UsageError(f"{flag} expects {form}, got {item!r}")
         name = name.strip()
         if name in pairs:
             raise UsageError(
@@ -225,7 +227,7 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
                 file = Path(args.workdir) / file
             if file.is_file():
                 attached[option] = _read_attachment(option, str(file))
-    for option, path in _pairs(args.attach, "--attach"):
+    for option, path in _pairs(args.attach, "--attach", "OPTION=FILE"):
         if option not in CONTENT_RULES:
             known = ", ".join(CONTENT_RULES)
             raise UsageError(f"--attach {option}: only these options name a file: {known}")
@@ -298,11 +300,11 @@ def _policy(path: str | None) -> Policy | None:
 
 def _transport(args: argparse.Namespace) -> Transport:
     server = getattr(args, "server", None)
-    if server:
+    if server is not None:  # --server '' is a mistake, not a request to resolve in process
         if getattr(args, "policy", None):
             raise UsageError("--policy is for in-process resolution; the server has its own")
         return Remote(_server_target(server), **_credentials(args))
-    if any(getattr(args, name, None) for name in _CREDENTIALS):
+    if any(getattr(args, name, None) is not None for name in (*_CREDENTIALS, "token_file")):
         raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
     return InProcess(_policy(getattr(args, "policy", None)))
 
@@ -321,13 +323,20 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for flag, param in {**_CREDENTIALS, "token_file": "token"}.items():
         path = getattr(args, flag, None)
-        if not path:
+        if path is None:
             continue
         option = "--" + flag.replace("_", "-")
+        if not path:
+            raise UsageError(f"{option} is given no file name; name the file, or leave it out")
         data = _read_limited(path, option)
         named = f"{option} {path}"
         try:
             if param == "token":
+                if not data.strip():  # said in the CLI's terms, not the client's argument
+                    raise UsageError(
+                        f"{named} is empty (or only whitespace); write the bearer token in it, "
+                        f"or leave {option} out to call without a token"
+                    )
                 found[param] = checked_token(data.decode("utf-8", "replace"))
             else:
                 found[param] = checked_pem(
