@@ -414,8 +414,8 @@ class ResolverService:
         try:
             items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
         except _RefusedError:
-            # An item the decoder cannot read (its config too deep): each item is read, and
-            # answered, on its own.
+            # An item the decoder cannot read (its config too deep, text that is not UTF-8):
+            # each item is read, and answered, on its own, as the proto promises.
             cut = length_delimited(raw, 1)
             if cut is None or without_field(raw, 1) != b"":
                 raise

@@ -404,15 +404,6 @@ _STRING_FIELDS: dict[str, tuple[str, Any]] = {
     "config_json": ("Resolve", pb.ResolveRequest(product="atlas-a2", config_json='{"a":"~~"}')),
     "struct key": ("Resolve", _with_struct({MARK: 1})),
     "struct string": ("Resolve", _with_struct({"a": MARK})),
-    "batch item env value": (
-        "ResolveBatch",
-        pb.ResolveBatchRequest(
-            requests=[
-                pb.ResolveRequest(product="atlas-a2"),
-                pb.ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": MARK}),
-            ]
-        ),
-    ),
     "diff env value": (
         "Diff",
         pb.DiffRequest(products=["atlas-a2", "atlas-a3"], env={"HCCL_EXEC_TIMEOUT": MARK}),
@@ -434,9 +425,27 @@ def test_invalid_utf8_in_every_string_field(plain_server: ThreadServer, figures:
             assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, (name, error.details())
             assert "UTF-8" in error.details(), (name, error.details())
             codes[error.code().name] += 1
+        # A batch never fails as a whole for one bad item: that item alone is refused.
+        batch = pb.ResolveBatchRequest(
+            requests=[
+                pb.ResolveRequest(product="atlas-a2"),
+                pb.ResolveRequest(product="atlas-a2", env={"HCCL_EXEC_TIMEOUT": MARK}),
+            ]
+        ).SerializeToString()
+        call = channel.unary_unary(
+            "/npu.resolver.v1.Resolver/ResolveBatch",
+            response_deserializer=pb.ResolveBatchResponse.FromString,
+        )
+        results = call(batch.replace(MARK.encode(), NOT_UTF8), timeout=10).results
+        assert [r.WhichOneof("result") for r in results] == ["response", "status"]
+        assert results[1].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "UTF-8" in results[1].status.message
+        codes[grpc.StatusCode.INVALID_ARGUMENT.name] += 1
         good = typical_request(request_id("utf8", 0), 600).SerializeToString()
         assert channel.unary_unary(RESOLVE)(good, timeout=10)  # still serving
-    figures("invalid utf-8", fields=len(_STRING_FIELDS), invalid_argument=codes["INVALID_ARGUMENT"])
+    figures(
+        "invalid utf-8", fields=len(_STRING_FIELDS) + 1, invalid_argument=codes["INVALID_ARGUMENT"]
+    )
 
 
 # --------------------------------------------------------------------------- policy
