@@ -875,3 +875,15 @@ def test_diagnostics_read_as_english_and_as_the_answer_shows_the_values() -> Non
         "stream_sync_timeout 600000 ms is not above the configured HCCL timeout, 600 s (544 s "
         "after rounding); in a cluster job set it above 600000 ms."
     )
+
+
+@pytest.mark.parametrize("args", [("--port", "1", "--port=2"), ("--policy=a", "--policy", "b")])
+def test_a_serve_flag_given_twice_is_a_usage_error_before_anything_starts(
+    args: tuple[str, ...],
+) -> None:
+    """Which port or policy was meant cannot be told: refused, and no server starts."""
+    proc = run("serve", "--host", "127.0.0.1", *args)
+    assert proc.returncode == 2
+    flag = args[0].split("=")[0]
+    assert f"{flag} given twice; give each flag once" in proc.stderr
+    assert "serving" not in proc.stderr

@@ -173,4 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="npu-resolve serve", description="Serve the resolver over gRPC."
     )
     add_serve_arguments(parser)
-    return run_serve(parser.parse_args(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    # Every serve flag takes one value: argparse would keep the last of two silently, and
+    # which port or policy was meant cannot be told.
+    named = [arg.split("=", 1)[0] for arg in args if arg.startswith("--")]
+    twice = sorted({flag for flag in named if named.count(flag) > 1})
+    if twice:
+        parser.error(f"{', '.join(twice)} given twice; give each flag once")
+    return run_serve(parser.parse_args(args))
