@@ -535,3 +535,14 @@ def test_an_infinite_or_huge_timeout_is_no_deadline_or_a_long_one(
         return first.ok and second.ok
 
     assert asyncio.run(both())
+
+
+def test_a_call_with_no_deadline_asks_again_for_its_report_with_none() -> None:
+    """timeout=math.inf means no deadline; the second ask, for a report too large for the
+    trailer, must not fall back to the client's default deadline."""
+    error = ResolveError("too many errors", None)  # its report left out of the trailer
+    message = pb.ResolveRequest(product="atlas-a2")
+    ask = client_module._report_ask(error, message, None, time.monotonic())
+    assert ask is not None and ask[1] == math.inf and ask[0].validate_only
+    timed = client_module._report_ask(error, message, 5.0, time.monotonic())
+    assert timed is not None and 0 < timed[1] <= 5.0

@@ -301,3 +301,20 @@ def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(
         assert server.wait() == 2, server.raw
         failed = server.events("start_failed")
         assert failed and "do not belong together" in failed[0]["error"], server.raw
+
+
+def test_the_supervisors_modules_load_no_grpc() -> None:
+    """--workers forks its workers before any gRPC object exists (gRPC does not survive a fork):
+    the settings, the CLI and the supervisor must not import it, nor anything they use (the
+    client's credential checks among them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, npu_resolver_server, npu_resolver_server._cli, "
+        "npu_resolver_server._supervisor, npu_resolver_server.settings, "
+        "npu_resolver_client.credentials\n"
+        "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

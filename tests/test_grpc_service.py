@@ -1082,3 +1082,31 @@ def test_a_long_unknown_profile_keeps_its_report_within_a_default_clients_traile
             ]
             assert "is not in the policy" in bad.field_violations[0].description
             assert len(bad.field_violations[0].description) < 200
+
+
+def test_an_encrypted_private_key_is_refused_where_it_is_given(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """gRPC takes no passphrase: an encrypted key would fail at the first call (client) or at
+    start with a misleading bind error (server), or have OpenSSL ask a terminal for one."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(certs["client_key"].read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    assert b"ENCRYPTED PRIVATE KEY" in encrypted.read_bytes()
+    with pytest.raises(ValueError, match="private_key holds an ENCRYPTED PRIVATE KEY"):
+        ResolverClient(
+            "127.0.0.1:1",
+            root_certificates=certs["ca"],
+            certificate_chain=certs["client_cert"],
+            private_key=encrypted,
+        )
+    with pytest.raises(ValueError, match=f"--tls-key {encrypted} holds an ENCRYPTED PRIVATE"):
+        ServerSettings(port=0, tls_cert=certs["cert"], tls_key=encrypted)

@@ -11,26 +11,76 @@ process. A request with errors raises `ResolveError` (its `.resolution` is the f
 an unreachable server raises `ResolverUnavailable`; other failures `ResolverCallError`.
 """
 
-from ._client import (
-    DEFAULT_TARGET,
-    DEFAULT_TIMEOUT,
-    MAX_TIMEOUT,
-    SERVICE_CONFIG,
-    AsyncResolverClient,
-    PolicyInfo,
-    ReloadResult,
-    ResolveFailure,
-    ResolverClient,
-    channel_options,
-    remote_resolve,
-)
-from ._errors import (
-    FieldViolation,
-    ResolveError,
-    ResolverCallError,
-    ResolverClientError,
-    ResolverUnavailable,
-)
+from typing import TYPE_CHECKING
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "DEFAULT_TARGET",
+            "DEFAULT_TIMEOUT",
+            "MAX_TIMEOUT",
+            "SERVICE_CONFIG",
+            "AsyncResolverClient",
+            "PolicyInfo",
+            "ReloadResult",
+            "ResolveFailure",
+            "ResolverClient",
+            "channel_options",
+            "remote_resolve",
+        ),
+        "_client",
+    ),
+    **dict.fromkeys(
+        (
+            "FieldViolation",
+            "ResolveError",
+            "ResolverCallError",
+            "ResolverClientError",
+            "ResolverUnavailable",
+        ),
+        "_errors",
+    ),
+}
+"""Loaded on first use: `npu_resolver_client.credentials` serves code that must not load
+gRPC yet (a server's settings, read before its workers are forked)."""
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'npu_resolver_client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"npu_resolver_client.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+if TYPE_CHECKING:
+    from ._client import (
+        DEFAULT_TARGET,
+        DEFAULT_TIMEOUT,
+        MAX_TIMEOUT,
+        SERVICE_CONFIG,
+        AsyncResolverClient,
+        PolicyInfo,
+        ReloadResult,
+        ResolveFailure,
+        ResolverClient,
+        channel_options,
+        remote_resolve,
+    )
+    from ._errors import (
+        FieldViolation,
+        ResolveError,
+        ResolverCallError,
+        ResolverClientError,
+        ResolverUnavailable,
+    )
 
 __all__ = [
     "DEFAULT_TARGET",

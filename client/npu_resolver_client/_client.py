@@ -238,14 +238,15 @@ def _report_request(message: pb.ResolveRequest) -> pb.ResolveRequest:
 
 def _report_ask(
     error: ResolveError, message: pb.ResolveRequest, deadline: float | None, started: float
-) -> tuple[pb.ResolveRequest, float | None] | None:
+) -> tuple[pb.ResolveRequest, float] | None:
     """The request and time left to ask again, with validate_only, for the report the status
     details of `error` left out (too large for them); None when it is not missing, asking
-    cannot fetch it, or the call's deadline, which the second ask shares, is spent."""
+    cannot fetch it, or the call's deadline, which the second ask shares, is spent. A call
+    with no deadline asks again with none (math.inf), not with the client's default."""
     if error.resolution is not None or message.validate_only:
         return None
-    remaining = None if deadline is None else deadline - (time.monotonic() - started)
-    if remaining is not None and remaining <= 0:
+    remaining = math.inf if deadline is None else deadline - (time.monotonic() - started)
+    if remaining <= 0:
         return None
     return _report_request(message), remaining
 

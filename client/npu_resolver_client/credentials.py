@@ -41,8 +41,10 @@ _BEGIN: Final = {
 
 
 def _holds(data: bytes, label: str, kind: PemKind) -> bool:
-    """Whether a block of this label, begun and ended, is what `kind` asks for."""
+    """Whether a block of this label, begun and ended, is what `kind` asks for (not an
+    ENCRYPTED PRIVATE KEY: gRPC takes no passphrase)."""
     fits = label == kind if kind == "CERTIFICATE" else label.endswith(kind)
+    fits = fits and not label.startswith("ENCRYPTED")
     return fits and b"-----END " + label.encode("ascii") + b"-----" in data
 
 
@@ -57,6 +59,12 @@ def pem_problem(data: bytes, kind: PemKind | None = None) -> str:
     labels = list(dict.fromkeys(m.decode("ascii") for m in _BLOCK.findall(data)))
     if any(_holds(data, label, kind) for label in labels):
         return ""
+    if kind == "PRIVATE KEY" and "ENCRYPTED PRIVATE KEY" in labels:
+        return (
+            "holds an ENCRYPTED PRIVATE KEY, which gRPC cannot use (it takes no passphrase); "
+            "give the key decrypted (openssl pkey -in KEY -out PLAIN), in a file only the "
+            "server's user can read"
+        )
     found = ", ".join(labels) if labels else "no complete block"
     other: PemKind = "PRIVATE KEY" if kind == "CERTIFICATE" else "CERTIFICATE"
     swapped = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ._cross import clash_stands, dynamic_shape
+from ._cross import dynamic_shape
 from ._model import Code
 from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._state import State
@@ -83,10 +83,10 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
             "source advises against ccec options there: remove them unless you need them.",
         )
 
-    def level_2_with_oom(state: State) -> bool:
-        return "oom" in options and state.value("op_debug_level") == 2
-
-    if clash_stands(state, ("op_debug_level", name), "R-DEP-3", level_2_with_oom):
+    # A policy default op_debug_level 2 does not give way here, as it does in the cross
+    # rules: by now R-OCC-2 has turned the compile cache off for it, and the caller can set
+    # op_debug_level to settle it.
+    if "oom" in options and state.value("op_debug_level") == 2:  # R-DEP-3
         state.conflict(
             "op_debug_level",
             "R-DEP-3",

@@ -156,7 +156,8 @@ def round_hccl_timeout(state: State) -> None:
         # Whoever wrote the value is told where to write the one that takes effect.
         if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
             who = f"the policy's hccl_timeout {value} ({slot.detail})"
-            fix = f"the policy can say {rounded} in its [profiles.*.products.{state.pid}] table"
+            kind = "locked" if slot.source is Source.POLICY_LOCKED else "defaults"
+            fix = f"the policy can say {rounded} in [profiles.*.products.{state.pid}.{kind}]"
         elif slot.source is Source.ENV:
             who = f"hccl_timeout {value} from {slot.env_var}"
             fix = f"set {slot.env_var}={rounded} to say so"
@@ -235,9 +236,12 @@ def _policy_default_gives_way(
         setters = [
             other
             for other in names
-            if (set_by := state.slots.get(other)) is not None
-            and set_by.is_set
-            and set_by.source is not Source.POLICY
+            if other in state.gave_way
+            or (
+                (set_by := state.slots.get(other)) is not None
+                and set_by.is_set
+                and set_by.source is not Source.POLICY
+            )
         ]
         if not setters:
             continue
@@ -250,7 +254,12 @@ def _policy_default_gives_way(
             state.slots[name] = slot
             continue
         other = setters[0]
-        who = _who_sets(state.slots[other])
+        who = (
+            "the job's settings brought back (the policy's default for it gave way)"
+            if other in state.gave_way
+            else _who_sets(state.slots[other])
+        )
+        state.gave_way.add(name)
         then = (
             f"the documented default {show(documented.value)} applies"
             if documented is not None

@@ -51,7 +51,8 @@ def apply_gates(state: State) -> None:
     """Step 6: drop what the product, mode or version lacks; refuse unsupported values. When
     the caller's graph_run_mode was refused, the mode they meant is not known: the mode's
     gates judge nothing (the answer is not ok anyway), as no rule judges from a refused value."""
-    mode_unknown = "graph_run_mode" in state.refused
+    # (A lock or a policy default that decided the mode all the same leaves it known.)
+    mode_unknown = "graph_run_mode" in state.refused and "graph_run_mode" not in state.slots
     for name in state.touched:
         view = state.view[name]
         if view.plain_gate or name not in state.slots:

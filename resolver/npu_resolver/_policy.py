@@ -197,7 +197,7 @@ def _read_tables(
         return {}, [*problems, "'profiles' must be a table"]
     profiles: dict[str, _Profile] = {}
     for name, body in profiles_raw.items():
-        if not name.strip():  # no request can name it: an empty profile means "default"
+        if not name:  # no request can name it: an empty profile means "default"
             problems.append(
                 f"[profiles.{name!r}] a profile needs a name; a request without one gets "
                 f'"{DEFAULT_PROFILE}", so put these values under [profiles.{DEFAULT_PROFILE}]'

@@ -155,6 +155,9 @@ class State:
     defaults: Mapping[str, Slot] = field(default_factory=dict)
     """The documented defaults of this product and mode: what a policy default that gives way
     falls back to."""
+    gave_way: set[str] = field(default_factory=set)
+    """Options whose policy default gave way to what the job set: their documented value is
+    then the job's doing, and a later conflict over it is settled the same way."""
 
     @property
     def family(self) -> Family:

@@ -77,18 +77,25 @@ def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
     ]
 
 
+def _no_passphrase() -> str:
+    raise ValueError("the key is encrypted; gRPC takes no passphrase")
+
+
 def _matching_pair(cert: Path, key: Path) -> None:
     """gRPC reports a certificate and a key that do not belong together as a failure to bind
     the port; say what it is. (Regular files only: a pipe can be read once, by gRPC.)"""
     if not (cert.is_file() and key.is_file()):
         return
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key, password=_no_passphrase)  # never ask a terminal
     except ssl.SSLError as exc:
         raise ValueError(
             f"--tls-cert {cert} and --tls-key {key} do not belong together ({exc.reason or exc}); "
             "give the key of that certificate"
         ) from None
+    except ValueError as exc:  # an encrypted key: _no_passphrase
+        raise ValueError(f"--tls-key {key}: {exc}; give the key decrypted") from None
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:

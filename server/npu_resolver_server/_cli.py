@@ -170,13 +170,14 @@ def run_serve(namespace: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="npu-resolve serve", description="Serve the resolver over gRPC."
+        prog="npu-resolve serve", description="Serve the resolver over gRPC.", allow_abbrev=False
     )
     add_serve_arguments(parser)
     args = list(sys.argv[1:] if argv is None else argv)
-    # Every serve flag takes one value: argparse would keep the last of two silently, and
-    # which port or policy was meant cannot be told.
-    named = [arg.split("=", 1)[0] for arg in args if arg.startswith("--")]
+    # A flag that takes a value, given twice: argparse would keep the last silently, and which
+    # port or policy was meant cannot be told (switches may repeat, as in the other commands).
+    takes_value = {flag for a in parser._actions if a.nargs != 0 for flag in a.option_strings}
+    named = [arg.split("=", 1)[0] for arg in args if arg.split("=", 1)[0] in takes_value]
     twice = sorted({flag for flag in named if named.count(flag) > 1})
     if twice:
         parser.error(f"{', '.join(twice)} given twice; give each flag once")

@@ -218,6 +218,9 @@ def parse(kind: type[M], raw: bytes) -> M:
 
 CONFIG_FIELD: Final = 2
 """`config` in ResolveRequest and DiffRequest alike."""
+DECODER_DEPTH: Final = 32
+"""About the JSON depth of a config Struct that protobuf's decoder (upb: 100 message levels,
+three a JSON level) still reads."""
 
 
 def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
@@ -228,7 +231,7 @@ def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
     try:
         return parse(kind, raw), False
     except _RefusedError as refused:
-        if "MaxDepth" not in str(refused):
+        if "MaxDepth" not in str(refused):  # upb's words; another protobuf runtime: malformed
             raise
         rest = without_field(raw, CONFIG_FIELD)
         if rest is None:
@@ -403,7 +406,15 @@ class ResolverService:
         return answer
 
     def _too_deep(self) -> _RefusedError:
+        """A config Struct the decoder would not read. Within the server's own depth limit
+        (18 by default), the answer is the one in process; a limit raised past the decoder's
+        reach is said as the decoder's."""
         shape = f"nested deeper than {self.limits.max_depth} levels"
+        if self.limits.max_depth >= DECODER_DEPTH:
+            shape = (
+                f"nested deeper than a Struct can be read (about {DECODER_DEPTH} levels); "
+                "send it as config_json"
+            )
         return _RefusedError(config_refusal(shape), "config", "REQUEST_LIMIT")
 
     def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
@@ -431,6 +442,7 @@ class ResolverService:
         item_bytes = length_delimited(raw, 1)
         if item_bytes is None or len(item_bytes) != len(items):
             item_bytes = [item.SerializeToString() for item in items if item is not None]
+            assert len(item_bytes) == len(items)  # unread items come only with their own bytes
         policy = self._policy()  # one snapshot for the whole batch
         version = policy.version if policy is not None else ""
         parts: list[bytes] = []

@@ -15,6 +15,7 @@ the file is fixed. Until then its health and readiness probes say what is missin
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -45,15 +46,17 @@ def _say(event: str, **fields: object) -> None:
     print(json.dumps(line, default=str), file=sys.stderr, flush=True)
 
 
-def _child(settings: ServerSettings, worker: int) -> None:
-    """In the forked child: run one worker and never return into the parent's code."""
+def _child(settings: ServerSettings, worker: int, parent: int) -> None:
+    """In the forked child: run one worker and never return into the parent's code. `parent`
+    is the supervisor's pid as read before the fork (read after it, a supervisor already gone
+    would go unnoticed)."""
     code = 1
     try:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
         from ._app import run_worker
 
-        code = run_worker(settings, worker=worker, serve_metrics=False, parent=os.getppid())
+        code = run_worker(settings, worker=worker, serve_metrics=False, parent=parent)
     except BaseException as exc:
         print(f"worker {worker} failed: {exc!r}", file=sys.stderr, flush=True)
     finally:
@@ -69,15 +72,32 @@ def _taken(host: str, port: int) -> OSError | None:
     restart's closing connections do not count) is refused by any listener, as one worker's
     own bind is."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
+        addresses = socket.getaddrinfo(
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        return exc
+        )
+    except OSError:
+        return None  # gRPC says what is wrong with the name
+    for family, kind, proto, _, address in addresses:  # "localhost": 127.0.0.1 and ::1
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # other failures (no IPv6 here) are gRPC's to say
+                return exc
     return None
+
+
+PORT_WAIT_S: Final = 5.0
+"""How long a start waits for a taken port: a server stopping on it (the previous run of this
+one, its workers draining) frees it within its drain delay."""
+
+
+def _taken_for_a_while(host: str, port: int) -> OSError | None:
+    deadline = time.monotonic() + PORT_WAIT_S
+    while (error := _taken(host, port)) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return error
 
 
 class Supervisor:
@@ -93,9 +113,10 @@ class Supervisor:
         """Workers whose current process is a restart, not the server's first start."""
 
     def _spawn(self, worker: int) -> None:
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(self.settings, worker)
+            _child(self.settings, worker, parent)
         self.children[pid] = worker
         _say("worker_started", worker=worker, worker_pid=pid)
 
@@ -158,7 +179,7 @@ class Supervisor:
     def run(self) -> int:
         shared = (("port", self.settings.port), ("health port", self.settings.health_port))
         for what, port in shared:
-            error = _taken(self.settings.host, port) if port else None
+            error = _taken_for_a_while(self.settings.host, port) if port else None
             if error is not None:  # another server listens there: never share it silently
                 _say("start_failed", error=f"{what} {port}: {error.strerror or error}")
                 return START_FAILED
