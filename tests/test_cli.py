@@ -901,3 +901,15 @@ def test_a_serve_flag_given_twice_is_a_usage_error_before_anything_starts(
     said = "unrecognized arguments: --por" if "--por" in args else f"{flag} given twice"
     assert said in proc.stderr
     assert "serving" not in proc.stderr
+
+
+def test_version_names_the_program_and_the_catalog() -> None:
+    """What a bug report needs: the program's version and the source document's."""
+    from importlib.metadata import version
+
+    from npu_resolver import CATALOG_VERSION
+
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stderr == ""
+    program = version("npu-config-resolver")
+    assert proc.stdout == f"npu-resolve {program} (catalog {CATALOG_VERSION})\n"

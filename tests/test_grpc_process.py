@@ -281,6 +281,8 @@ def test_workers_stop_when_their_supervisor_is_killed() -> None:
             time.sleep(0.1)
         assert not any(_running(pid) for pid in workers)
         assert len(server.events("supervisor_gone")) == 2
+        draining = server.events("draining")
+        assert [e["signal"] for e in draining] == ["none: the supervisor is gone"] * 2
 
 
 def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(

@@ -315,7 +315,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
-    def on_stop(signum: int) -> None:
+    def on_stop(cause: str) -> None:
+        """`cause`: the signal's name, or why the worker stops without one."""
         if stop.is_set():  # a second signal: stop now
             built.hurry()
             task = loop.create_task(built.server.stop(0))
@@ -327,7 +328,7 @@ async def serve(
             extra={
                 "fields": {
                     "event": "draining",
-                    "signal": signal.Signals(signum).name,
+                    "signal": cause,
                     "drain_delay_seconds": settings.drain_delay_seconds,
                     "grace_seconds": settings.grace_seconds,
                 }
@@ -335,7 +336,7 @@ async def serve(
         )
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_stop, signum)
+        loop.add_signal_handler(signum, on_stop, signal.Signals(signum).name)
     reloads: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
     def on_hup() -> None:
@@ -378,7 +379,7 @@ async def serve(
 
 
 async def _until_orphaned(
-    parent: int, worker: int, stop: asyncio.Event, on_stop: Callable[[int], None]
+    parent: int, worker: int, stop: asyncio.Event, on_stop: Callable[[str], None]
 ) -> None:
     """A worker whose supervisor was killed (SIGKILL, an OOM kill) would go on serving its
     share of the port with no one to stop, restart or reload it: it drains and stops."""
@@ -389,7 +390,7 @@ async def _until_orphaned(
                 "the supervisor is gone; stopping",
                 extra={"fields": {"event": "supervisor_gone", "worker": worker}},
             )
-            on_stop(signal.SIGTERM)
+            on_stop("none: the supervisor is gone")
             return
 
 

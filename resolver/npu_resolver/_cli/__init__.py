@@ -572,9 +572,42 @@ def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """--version, its text read only when asked (package metadata costs every start time)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(_version_text())  # on standard output, as argparse's own version action does
+        parser.exit()
+
+
+def _version_text() -> str:
+    """What a bug report needs: the program and the source document its catalog restates."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import CATALOG_VERSION
+
+    try:
+        program = version("npu-config-resolver")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        program = "unknown"
+    return f"npu-resolve {program} (catalog {CATALOG_VERSION})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="npu-resolve", description="Resolve an Ascend NPURunConfig before launch."
+    )
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="show the program's version and the catalog's (the source document's) and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
