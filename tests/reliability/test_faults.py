@@ -58,7 +58,7 @@ async def _sigterm_under_load(server: ProcessServer, grace: float) -> dict[str, 
     items = distinct(50_000, "term")
     opened = [grpc.aio.insecure_channel(server.target, options=channel_options()) for _ in range(4)]
     stubs = [ch.unary_unary(RESOLVE) for ch in opened]
-    state: dict[str, Any] = {"next": 0, "stop": False, "exited_at": None}
+    state: dict[str, Any] = {"next": 0, "stop": False, "exited_at": None, "begun_after": 0}
     ok = wrong = 0
     codes: Counter[str] = Counter()
     after_exit: Counter[str] = Counter()
@@ -71,6 +71,8 @@ async def _sigterm_under_load(server: ProcessServer, grace: float) -> dict[str, 
             state["next"] += 1
             payload, ident = items[index]
             began = time.monotonic()
+            if state["exited_at"] is not None:
+                state["begun_after"] += 1
             try:
                 reply = await stubs[index % len(stubs)](payload, timeout=grace + 10)
             except grpc.aio.AioRpcError as error:
@@ -96,7 +98,12 @@ async def _sigterm_under_load(server: ProcessServer, grace: float) -> dict[str, 
             await asyncio.sleep(0.01)
         state["exited_at"] = time.monotonic()
         drain = state["exited_at"] - term_at
-        await asyncio.sleep(0.3)  # calls made after the exit
+        # Calls made after the exit: the callers may all be inside calls begun before it (the
+        # client retries UNAVAILABLE for about 1.5 s), so wait until some have begun since.
+        deadline = time.monotonic() + 10
+        while state["begun_after"] < 8 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
         state["stop"] = True
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=grace + 20)
     finally:
