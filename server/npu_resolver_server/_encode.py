@@ -64,16 +64,25 @@ def length_delimited(raw: bytes, number: int) -> list[bytes] | None:
     """The payloads of every occurrence of length-delimited field `number` in `raw`, in order:
     a repeated message's items exactly as the sender wrote them. `raw` must already have been
     parsed by the generated code; None if it holds anything this walk does not expect."""
-    try:
-        return _walk(raw, number)
-    except IndexError:  # cut short: not a message the generated code accepted
+    fields = _fields(raw)
+    if fields is None:
         return None
+    return [raw[payload:end] for key, _, payload, end in fields if key == number << 3 | 2]
 
 
 def without_field(raw: bytes, number: int) -> bytes | None:
     """`raw` with every occurrence of length-delimited field `number` left out, the other
     fields exactly as written; None if it is not a message this walk can cut."""
-    kept: list[bytes] = []
+    fields = _fields(raw)
+    if fields is None:
+        return None
+    return b"".join(raw[start:end] for key, start, _, end in fields if key != number << 3 | 2)
+
+
+def _fields(raw: bytes) -> list[tuple[int, int, int, int]] | None:
+    """The top-level fields of `raw` as (key, start, payload start, end) offsets; None if it
+    is cut short or holds a group (long deprecated, and never in this API)."""
+    out = []
     pos, end = 0, len(raw)
     try:
         while pos < end:
@@ -82,39 +91,16 @@ def without_field(raw: bytes, number: int) -> bytes | None:
             kind = key & 7
             if kind == 2:
                 size, pos = _read_varint(raw, pos)
-                pos += size
+                payload, pos = pos, pos + size
             elif kind == 0:
-                pos = _read_varint(raw, pos)[1]
+                payload, pos = pos, _read_varint(raw, pos)[1]
             elif kind in (1, 5):
-                pos += 8 if kind == 1 else 4
+                payload, pos = pos, pos + (8 if kind == 1 else 4)
             else:
                 return None
-            if pos > end:
-                return None
-            if not (kind == 2 and key >> 3 == number):
-                kept.append(raw[start:pos])
-    except IndexError:
+            out.append((key, start, payload, pos))
+    except IndexError:  # cut short inside a varint
         return None
-    return b"".join(kept)
-
-
-def _walk(raw: bytes, number: int) -> list[bytes] | None:
-    out = []
-    pos, end = 0, len(raw)
-    while pos < end:
-        key, pos = _read_varint(raw, pos)
-        kind = key & 7
-        if kind == 2:
-            size, pos = _read_varint(raw, pos)
-            if key >> 3 == number:
-                out.append(raw[pos : pos + size])
-            pos += size
-        elif kind == 0:
-            pos = _read_varint(raw, pos)[1]
-        elif kind in (1, 5):
-            pos += 8 if kind == 1 else 4
-        else:  # groups: long deprecated, and never in this API
-            return None
     return out if pos == end else None
 
 

@@ -422,15 +422,16 @@ class ResolverService:
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
+        item_bytes = length_delimited(raw, 1)
         try:
             items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
         except _RefusedError:
             # An item the decoder cannot read (its config too deep, text that is not UTF-8):
             # each item is read, and answered, on its own, as the proto promises.
-            cut = length_delimited(raw, 1)
-            if cut is None or without_field(raw, 1) != b"":
+            if item_bytes is None or without_field(raw, 1) != b"":
                 raise
-            items = [None] * len(cut)
+            items = [None] * len(item_bytes)
         if len(items) > MAX_BATCH_ITEMS:  # each item holds the event loop: refuse, fast
             raise _RefusedError(
                 f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has {len(items)}; "
@@ -438,8 +439,6 @@ class ResolverService:
                 "requests",
                 "TOO_MANY_REQUESTS",
             )
-        # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
-        item_bytes = length_delimited(raw, 1)
         if item_bytes is None or len(item_bytes) != len(items):
             item_bytes = [item.SerializeToString() for item in items if item is not None]
             assert len(item_bytes) == len(items)  # unread items come only with their own bytes
