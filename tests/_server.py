@@ -107,8 +107,15 @@ class ThreadServer:
 class ProcessServer:
     """`python -m npu_resolver_server` as a child process; its log lines are collected."""
 
-    def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        launcher: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
+        self.launcher = list(launcher)
+        """A command that execs the server's (its arguments follow), as a job's launcher would."""
         self.args = ["--port", str(self.port), *args]
         self.env = {**os.environ, **(env or {})}
         self.lines: list[dict[str, Any]] = []
@@ -148,11 +155,22 @@ class ProcessServer:
                 time.sleep(0.1)
                 break
             time.sleep(0.02)
-        raise AssertionError(f"no {count} {name!r} event(s); log:\n{''.join(self.raw)[-4000:]}")
+        raise AssertionError(self._missing(f"no {count} {name!r} event(s)"))
+
+    def _missing(self, what: str) -> str:
+        """What a failed wait saw: the server's state and its last lines other than call
+        records, which under load would fill any tail of the log."""
+        state = "running" if self.proc is None or self.proc.poll() is None else "exited"
+        with self._lock:
+            others = [line for line in self.raw if '"event": "rpc"' not in line]
+            calls = len(self.raw) - len(others)
+        code = None if self.proc is None else self.proc.poll()
+        tail = "".join(others[-40:])[-6000:]
+        return f"{what}; server {state} (code {code}), {calls} call lines; other lines:\n{tail}"
 
     def start(self, ready_events: int = 1) -> ProcessServer:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_resolver_server", *self.args],
+            [*self.launcher, sys.executable, "-m", "npu_resolver_server", *self.args],
             cwd=ROOT,
             env=self.env,
             stdin=subprocess.DEVNULL,

@@ -6,7 +6,9 @@ Draining on SIGTERM, several workers on one port, metrics aggregated over worker
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -283,6 +285,28 @@ def test_workers_stop_when_their_supervisor_is_killed() -> None:
         assert len(server.events("supervisor_gone")) == 2
         draining = server.events("draining")
         assert [e["signal"] for e in draining] == ["none: the supervisor is gone"] * 2
+
+
+IGNORING_SIGCHLD = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+)
+
+
+def test_a_killed_worker_is_restarted_even_when_the_launcher_ignores_sigchld() -> None:
+    """An ignored SIGCHLD is inherited across exec; left so, the kernel would reap a dead worker
+    before the supervisor saw it: no restart, and a stop that waits forever."""
+    env = {"NPU_RESOLVER_DRAIN_DELAY_SECONDS": "0", "NPU_RESOLVER_GRACE_SECONDS": "1"}
+    with ProcessServer(["--workers", "2"], env=env, launcher=IGNORING_SIGCHLD) as server:
+        victim = int(server.wait_for("serving", 2)[0]["pid"])
+        os.kill(victim, signal.SIGKILL)
+        exited = server.wait_for("worker_exited")
+        assert (exited[0]["worker_pid"], exited[0]["code"]) == (victim, -signal.SIGKILL)
+        assert victim not in {e["pid"] for e in server.wait_for("serving", 3)[2:]}
+        server.signal(signal.SIGTERM)
+        assert server.wait(20) == 0
 
 
 def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(

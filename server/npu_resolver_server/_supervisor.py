@@ -193,6 +193,9 @@ class Supervisor:
                 return START_FAILED
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._forward)
+        # An ignored SIGCHLD survives exec: a launcher that ignores it would make the kernel
+        # reap dead workers unseen, and none would be restarted nor a stop ever end.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for worker in range(self.settings.workers):
             self._spawn(worker)
         while self.children or (self._pending and not self.stopping):

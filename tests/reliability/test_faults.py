@@ -219,11 +219,24 @@ async def _kill_a_worker(server: ProcessServer, seconds: float) -> dict[str, Any
     }
 
 
+def _state(pid: int) -> str:
+    """A process's state line from /proc, for a failure to say whether it died."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return f"{pid} is gone"
+    return next((line for line in status.splitlines() if line.startswith("State:")), status)
+
+
 def _worker_killed(seconds: float, figures: Figures) -> None:
     with ProcessServer(["--workers", "2"]) as server:
         server.wait_for("serving", 2)
         outcome = asyncio.run(_kill_a_worker(server, seconds))
-        exited = server.wait_for("worker_exited")
+        try:
+            exited = server.wait_for("worker_exited")
+        except AssertionError as error:
+            victim = _state(outcome["victim"])
+            raise AssertionError(f"{error}\nthe killed worker: {victim}") from None
         restarted = server.wait_for("serving", 3)
         assert exited[0]["worker_pid"] == outcome["victim"]
         assert exited[0]["code"] == -signal.SIGKILL
