@@ -254,6 +254,39 @@ def test_policy_check_reports_version_or_problems(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "cannot read" in proc.stderr and proc.stdout == ""
 
 
+def test_policy_check_names_what_the_policys_own_values_make_every_job_hear_r_esc_1_r_hct_3(
+    tmp_path: Path,
+) -> None:
+    """A lock R-ESC-1 overrides in online inference, and a timeout R-HCT-3 rounds on two
+    products, are said to every job under the policy; `policy check` says so before it is
+    pushed, once per table entry with the products and modes it reaches."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        "[profiles.default.locked]\nenable_small_channel = 0\nhccl_timeout = 600\n"
+        "[profiles.x.defaults]\nmix_compile_mode = true\n"
+        "[profiles.x.locked]\niterations_per_loop = 10\n",
+        encoding="utf-8",
+    )
+    proc = run("policy", "check", str(policy))
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)["diagnostics_from_the_policy"]
+    assert [line.split(": ", 1)[0] for line in said] == [
+        "enable_small_channel locked from [profiles.default.locked]",
+        "hccl_timeout locked from [profiles.default.locked]",
+        "mix_compile_mode default from [profiles.x.defaults]",
+    ]
+    forced, rounded, superseded = said
+    assert "WARNING FORCED (R-ESC-1) on every product, in online inference" in forced
+    assert "for profile 'default', 'x'" in forced  # a default profile's lock reaches every one
+    assert "INFO ROUNDED (R-HCT-3) on atlas-training, atlas-300i-duo, in training and " in rounded
+    assert "takes effect as 544" in rounded
+    assert "DROPPED_SUPERSEDED (R-IPL-2)" in superseded and ", for profile" not in superseded
+    clean = tmp_path / "clean.toml"
+    clean.write_text("[profiles.default.locked]\nhccl_timeout = 544\n", encoding="utf-8")
+    proc = run("policy", "check", str(clean))
+    assert proc.returncode == 0 and "diagnostics_from_the_policy" not in json.loads(proc.stdout)
+
+
 def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

@@ -279,6 +279,60 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     return sorted(set(problems))
 
 
+@dataclass
+class _Heard:
+    """One thing the policy makes the resolver say, and where: its text as said first."""
+
+    message: str
+    first: str
+    products: set[str]
+    modes: set[str]
+    profiles: set[str]
+
+
+def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[str]:
+    """What the policy's own values make the resolver say to every job that leaves them be:
+    a lock a rule overrides (R-ESC-1 in online inference), a timeout rounded on one product
+    (R-HCT-3), a deprecated option. Each is said per job; here the platform team sees it before
+    the file goes live, once per table entry, with the products and modes it reaches."""
+    from ._pipeline import resolve
+
+    heard: dict[tuple[str, str, str], _Heard] = {}
+    for name in policy.profile_names():
+        for pid in PRODUCT_IDS:
+            layer = policy.layer(name, pid)
+            if layer is None:
+                continue
+            entries = {**layer.defaults, **layer.locked}
+            mode_locked = "graph_run_mode" in layer.locked
+            for config in [{}] if mode_locked else [{"graph_run_mode": 1}, {"graph_run_mode": 0}]:
+                request = ResolveRequest(product=pid, profile=name, config=config)
+                result = resolve(request, catalog=catalog, policy=policy)
+                inference = result.options.get("graph_run_mode") == 0
+                for d in result.diagnostics:
+                    entry = entries.get(d.option)
+                    if entry is None or d.option in config:
+                        continue
+                    key = (entry.detail, d.option, f"{d.severity} {d.code} ({d.rule})")
+                    said = heard.setdefault(key, _Heard(d.message, pid, set(), set(), set()))
+                    said.products.add(pid)
+                    said.modes.add("online inference" if inference else "training")
+                    said.profiles.add(name)
+    lines = []
+    for (detail, option, what), said in heard.items():
+        named = [pid for pid in PRODUCT_IDS if pid in said.products]
+        on = "every product" if len(named) == len(PRODUCT_IDS) else ", ".join(named)
+        modes = " and ".join(sorted(said.modes, reverse=True))  # training first
+        line = f"{option} {detail}: {what} on {on}, in {modes}"
+        profiles = sorted(said.profiles)
+        if not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
+            line += f", for profile {', '.join(repr(p) for p in profiles)}"
+        if len(named) > 1 and said.first in said.message:
+            line += f" (as said on {said.first})"
+        lines.append(f"{line}: {said.message}")
+    return sorted(lines)
+
+
 def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG) -> Policy:
     """A Policy from TOML text; PolicyError lists every problem with table and key."""
     try:

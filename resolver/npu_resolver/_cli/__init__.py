@@ -491,7 +491,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    from .._policy import PolicyError, PolicyReadError, load_policy
+    from .._policy import PolicyError, PolicyReadError, diagnostics_from_policy, load_policy
 
     if args.policy_command == "check":
         try:
@@ -503,7 +503,11 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             for problem in exc.problems:
                 _print(f"  - {problem}")
             return EXIT_ERRORS
-        _print(json.dumps(policy.summary(), indent=2, ensure_ascii=False))
+        summary = policy.summary()
+        said = diagnostics_from_policy(policy)
+        if said:  # what every job would hear: shown by `check` only, which resolves to find it
+            summary["diagnostics_from_the_policy"] = said
+        _print(json.dumps(summary, indent=2, ensure_ascii=False))
         return EXIT_OK
     shown = _transport(args).policy()
     _print(json.dumps(shown, indent=2, ensure_ascii=False))
