@@ -277,7 +277,7 @@ def test_policy_check_names_what_the_policys_own_values_make_every_job_hear_r_es
     ]
     forced, rounded, superseded = said
     assert "WARNING FORCED (R-ESC-1) on every product, in online inference" in forced
-    assert "for profile 'default', 'x'" in forced  # a default profile's lock reaches every one
+    assert "for every profile" in forced  # a default profile's lock reaches every one
     assert "INFO ROUNDED (R-HCT-3) on atlas-training, atlas-300i-duo, in training and " in rounded
     assert "takes effect as 544" in rounded
     assert "DROPPED_SUPERSEDED (R-IPL-2)" in superseded and ", for profile" not in superseded

@@ -281,3 +281,22 @@ def test_a_profile_no_request_can_name_is_refused() -> None:
     and never act."""
     message = refused('[profiles."".defaults]\nhccl_timeout = 3600\n')
     assert "a profile needs a name" in message and "[profiles.default]" in message
+
+
+def test_diagnostics_from_policy_name_the_profiles_a_lock_reaches_r_esc_1() -> None:
+    """The default profile's lock holds in every profile but one that locks the option
+    itself: the line names the profiles it reaches, the first few by name."""
+    from npu_resolver._policy import diagnostics_from_policy
+
+    others = "".join(f"[profiles.p{i}.defaults]\nhccl_timeout = 544\n" for i in range(10))
+    policy = parse_policy(
+        "[profiles.default.locked]\nenable_small_channel = 0\n"
+        f"{others}[profiles.own.locked]\nenable_small_channel = 1\n"
+    )
+    lines = diagnostics_from_policy(policy)
+    (line,) = [line for line in lines if "[profiles.default.locked]" in line]
+    assert line.startswith(
+        "enable_small_channel locked from [profiles.default.locked]: WARNING FORCED (R-ESC-1) "
+        "on every product, in online inference, for profile 'default', 'p0', 'p1', "
+    )
+    assert "'p6' and 3 more: " in line and "'own'" not in line

@@ -279,6 +279,10 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     return sorted(set(problems))
 
 
+_PROFILES_NAMED: Final = 8
+"""Profiles named in one line of diagnostics_from_policy; the rest are counted."""
+
+
 @dataclass
 class _Heard:
     """One thing the policy makes the resolver say, and where: its text as said first."""
@@ -319,14 +323,19 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                     said.modes.add("online inference" if inference else "training")
                     said.profiles.add(name)
     lines = []
+    everyone = policy.profile_names()
     for (detail, option, what), said in heard.items():
         named = [pid for pid in PRODUCT_IDS if pid in said.products]
         on = "every product" if len(named) == len(PRODUCT_IDS) else ", ".join(named)
         modes = " and ".join(sorted(said.modes, reverse=True))  # training first
         line = f"{option} {detail}: {what} on {on}, in {modes}"
         profiles = sorted(said.profiles)
-        if not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
-            line += f", for profile {', '.join(repr(p) for p in profiles)}"
+        if len(profiles) == len(everyone) > 1:
+            line += ", for every profile"
+        elif not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
+            named_profiles = ", ".join(repr(p) for p in profiles[:_PROFILES_NAMED])
+            more = len(profiles) - _PROFILES_NAMED
+            line += f", for profile {named_profiles}" + (f" and {more} more" if more > 0 else "")
         if len(named) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
         lines.append(f"{line}: {said.message}")
