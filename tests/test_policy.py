@@ -146,6 +146,23 @@ def test_r_vpl_2_refuses_locks_that_contradict_each_other() -> None:
     assert "locked variable_placement in profile 'strict'" in message and "R-VPL-2" in message
 
 
+def test_r_prec_1_refuses_locks_that_clash_only_in_online_inference() -> None:
+    """force_fp16 is a value of online inference: in training the lock cannot act and does not
+    meet precision_mode_v2, but every inference job under the profile would fail on the pair."""
+    message = refused(
+        "[profiles.default.locked]\nprecision_mode = 'force_fp16'\nprecision_mode_v2 = 'origin'\n"
+    )
+    assert "locked precision_mode in profile 'default' on atlas-a2 in online inference: " in message
+    assert "R-PREC-1" in message and " in training" not in message
+
+
+def test_a_clash_in_every_mode_is_said_once_per_product_r_vpl_2() -> None:
+    message = refused(
+        "[profiles.default.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"
+    )
+    assert message.count("on atlas-a2") == 1 and "on atlas-a2:" in message
+
+
 def test_refuses_unknown_product_and_unknown_table_keys() -> None:
     assert "atlas-9000: unknown product" in refused(
         "[profiles.default.products.atlas-9000.defaults]\n"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
-from ._model import JSON, ResolveRequest, Severity
+from ._model import JSON, Resolution, ResolveRequest, Severity
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer
@@ -258,25 +258,52 @@ def _read_tables(
 
 
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
-    """Locked values that contradict each other are refused at load, not at request time."""
+    """Locked values that contradict each other are refused at load, not at request time: in
+    either mode, unless the policy locks the mode (two locks that clash only in online inference
+    would fail every inference job under the profile)."""
     from ._pipeline import resolve
 
-    problems = []
+    clashes: dict[tuple[str, str], set[str]] = {}
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
             layer = policy.layer(name, pid)
             if layer is None or not layer.locked:
                 continue
-            request = ResolveRequest(product=pid, profile=name)
-            result = resolve(request, catalog=catalog, policy=policy)
-            for d in result.diagnostics:
-                others = [o for o in layer.locked if o != d.option and o in d.message]
-                if d.severity is Severity.ERROR and d.option in layer.locked and others:
-                    problems.append(
-                        f"locked {d.option} in profile {name!r} on {pid}: {d.message} ({d.rule}) "
-                        f"[{layer.locked[d.option].detail.split('[', 1)[-1]}"
-                    )
-    return sorted(set(problems))
+            for config in _mode_configs(layer):
+                request = ResolveRequest(product=pid, profile=name, config=config)
+                result = resolve(request, catalog=catalog, policy=policy)
+                for clash in _clashing_locks(result, layer, name, pid):
+                    clashes.setdefault(clash, set()).add(_mode_name(result))
+    problems = []
+    for (where, what), modes in clashes.items():
+        only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
+        problems.append(f"{where}{only}: {what}")
+    return sorted(problems)
+
+
+def _mode_configs(layer: PolicyLayer) -> list[dict[str, JSON]]:
+    """A config for each mode a job under the layer can run in: the locked one, else both."""
+    if "graph_run_mode" in layer.locked:
+        return [{}]
+    return [{"graph_run_mode": 1}, {"graph_run_mode": 0}]
+
+
+def _mode_name(result: Resolution) -> str:
+    return "online inference" if result.options.get("graph_run_mode") == 0 else "training"
+
+
+def _clashing_locks(
+    result: Resolution, layer: PolicyLayer, name: str, pid: str
+) -> list[tuple[str, str]]:
+    """(where, what) for each error between two of the layer's locks."""
+    clashes = []
+    for d in result.diagnostics:
+        others = [o for o in layer.locked if o != d.option and o in d.message]
+        if d.severity is Severity.ERROR and d.option in layer.locked and others:
+            where = f"locked {d.option} in profile {name!r} on {pid}"
+            detail = layer.locked[d.option].detail.split("[", 1)[-1]
+            clashes.append((where, f"{d.message} ({d.rule}) [{detail}"))
+    return clashes
 
 
 _PROFILES_NAMED: Final = 8
@@ -308,11 +335,9 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             if layer is None:
                 continue
             entries = {**layer.defaults, **layer.locked}
-            mode_locked = "graph_run_mode" in layer.locked
-            for config in [{}] if mode_locked else [{"graph_run_mode": 1}, {"graph_run_mode": 0}]:
+            for config in _mode_configs(layer):
                 request = ResolveRequest(product=pid, profile=name, config=config)
                 result = resolve(request, catalog=catalog, policy=policy)
-                inference = result.options.get("graph_run_mode") == 0
                 for d in result.diagnostics:
                     entry = entries.get(d.option)
                     if entry is None or d.option in config:
@@ -320,7 +345,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                     key = (entry.detail, d.option, f"{d.severity} {d.code} ({d.rule})")
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set(), set()))
                     said.products.add(pid)
-                    said.modes.add("online inference" if inference else "training")
+                    said.modes.add(_mode_name(result))
                     said.profiles.add(name)
     lines = []
     everyone = policy.profile_names()
