@@ -163,6 +163,23 @@ def test_a_clash_in_every_mode_is_said_once_per_product_r_vpl_2() -> None:
     assert message.count("on atlas-a2") == 1 and "on atlas-a2:" in message
 
 
+def test_locks_that_clash_across_profiles_are_refused_once_per_profile_that_holds_them() -> None:
+    """R-PREC-1: a profile's own lock meets the default profile's inherited one; profiles that
+    only inherit the default's locks are checked, and said, as the default profile."""
+    message = refused(
+        "[profiles.default.locked]\nprecision_mode = 'force_fp16'\n"
+        "[profiles.b.locked]\nprecision_mode_v2 = 'origin'\n"
+        "[profiles.c.defaults]\nhccl_timeout = 544\n"
+    )
+    assert "locked precision_mode in profile 'b' on atlas-a2 in online inference: " in message
+    assert "profile 'c'" not in message and "profile 'default'" not in message
+    message = refused(
+        "[profiles.default.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"
+        "[profiles.c.defaults]\nhccl_timeout = 544\n[profiles.d.defaults]\nhccl_timeout = 68\n"
+    )
+    assert "in profile 'default' on atlas-a2" in message and "profile 'c'" not in message
+
+
 def test_refuses_unknown_product_and_unknown_table_keys() -> None:
     assert "atlas-9000: unknown product" in refused(
         "[profiles.default.products.atlas-9000.defaults]\n"

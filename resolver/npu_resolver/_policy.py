@@ -257,21 +257,53 @@ def _read_tables(
     return profiles, problems
 
 
+class _LocksOnly:
+    """The policy's locks without its defaults: whether two locks contradict each other does
+    not hang on a default (a default that meets a lock gives way), so profiles that hold the
+    same locks are checked once. A policy of thousands of profiles that inherit the default
+    profile's locks loads in a fraction of the time."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.version = policy.version
+
+    def layer(self, profile: str, product: str) -> PolicyLayer | None:
+        layer = self._policy.layer(profile, product)
+        return None if layer is None else PolicyLayer(locked=layer.locked, defaults={})
+
+    def profile_names(self) -> tuple[str, ...]:
+        return self._policy.profile_names()
+
+
+def _canonical(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     """Locked values that contradict each other are refused at load, not at request time: in
     either mode, unless the policy locks the mode (two locks that clash only in online inference
     would fail every inference job under the profile)."""
     from ._pipeline import resolve
 
+    locks_only = _LocksOnly(policy)
+    seen: set[tuple[str, tuple[tuple[str, str, str], ...]]] = set()
     clashes: dict[tuple[str, str], set[str]] = {}
-    for name in policy.profile_names():
+    names = policy.profile_names()
+    # The default profile first: the locks every other profile inherits are said as its own.
+    for name in sorted(names, key=lambda n: n != DEFAULT_PROFILE):
         for pid in PRODUCT_IDS:
-            layer = policy.layer(name, pid)
+            layer = locks_only.layer(name, pid)
             if layer is None or not layer.locked:
                 continue
+            locks = tuple(
+                (k, _canonical(e.value), e.detail) for k, e in sorted(layer.locked.items())
+            )
+            if (pid, locks) in seen:  # the same locks (a profile that only inherits them)
+                continue
+            seen.add((pid, locks))
             for config in _mode_configs(layer):
                 request = ResolveRequest(product=pid, profile=name, config=config)
-                result = resolve(request, catalog=catalog, policy=policy)
+                result = resolve(request, catalog=catalog, policy=locks_only)
                 for clash in _clashing_locks(result, layer, name, pid):
                     clashes.setdefault(clash, set()).add(_mode_name(result))
     problems = []
