@@ -82,6 +82,9 @@ class Remote:
         except ImportError as exc:  # pragma: no cover - the client ships with the package
             raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
         self._client = ResolverClient(target, timeout=timeout, **credentials)
+        self._tls_without_own_certificate = bool(
+            credentials.get("root_certificates") and not credentials.get("certificate_chain")
+        )
 
     def _call(self, method: str, *args: Any) -> Any:
         """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
@@ -92,7 +95,13 @@ class Remote:
         try:
             return getattr(self._client, method)(*args)
         except ResolverUnavailable as exc:
-            raise UnreachableError(str(exc)) from exc
+            hint = ""
+            if self._tls_without_own_certificate and "Socket closed" in str(exc):
+                hint = (  # what gRPC reports when the handshake is refused for want of one
+                    "; a server that requires client certificates (mutual TLS) closes the "
+                    "connection so: give --tls-cert and --tls-key"
+                )
+            raise UnreachableError(f"{exc}{hint}") from exc
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
