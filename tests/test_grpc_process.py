@@ -297,7 +297,7 @@ IGNORING_SIGCHLD = (
 
 def test_a_killed_worker_is_restarted_even_when_the_launcher_ignores_sigchld() -> None:
     """An ignored SIGCHLD is inherited across exec; left so, the kernel would reap a dead worker
-    before the supervisor saw it: no restart, and a stop that waits forever."""
+    before the supervisor saw it: no restart, and an exit status of 0 that hides the death."""
     env = {"NPU_RESOLVER_DRAIN_DELAY_SECONDS": "0", "NPU_RESOLVER_GRACE_SECONDS": "1"}
     with ProcessServer(["--workers", "2"], env=env, launcher=IGNORING_SIGCHLD) as server:
         victim = int(server.wait_for("serving", 2)[0]["pid"])

@@ -761,25 +761,17 @@ def test_cli_without_a_client_certificate_says_mutual_tls_may_be_why(
     certs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A server that requires client certificates closes the handshake, which gRPC reports as
-    a socket closed, like a network fault; the CLI names the likely cause and its flags."""
+    a lost connection, like a network fault; the CLI names the likely cause and its flags."""
     from npu_resolver._cli import main
 
     settings = ServerSettings(
         port=0, tls_cert=certs["cert"], tls_key=certs["key"], tls_client_ca=certs["ca"]
     )
     with ThreadServer(settings) as server:
-        target = f"localhost:{server.port}"
-        asked = [
-            "resolve",
-            "--product",
-            "atlas-a2",
-            "--server",
-            target,
-            "--tls-ca",
-            str(certs["ca"]),
-        ]
+        asked = ["resolve", "--product", "atlas-a2", "--server", server.target]
+        asked += ["--tls-ca", str(certs["ca"])]
         assert main(asked) == 3
-        assert "(mutual TLS) closes the connection so: give --tls-cert and --tls-key" in (
+        assert "if the server requires client certificates (mutual TLS), give --tls-cert " in (
             capsys.readouterr().err
         )
         own = ["--tls-cert", str(certs["client_cert"]), "--tls-key", str(certs["client_key"])]

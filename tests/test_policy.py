@@ -163,9 +163,9 @@ def test_a_clash_in_every_mode_is_said_once_per_product_r_vpl_2() -> None:
     assert message.count("on atlas-a2") == 1 and "on atlas-a2:" in message
 
 
-def test_locks_that_clash_across_profiles_are_refused_once_per_profile_that_holds_them() -> None:
-    """R-PREC-1: a profile's own lock meets the default profile's inherited one; profiles that
-    only inherit the default's locks are checked, and said, as the default profile."""
+def test_locks_that_clash_are_refused_once_naming_every_profile_that_holds_them() -> None:
+    """R-PREC-1: a profile's own lock meets the default profile's inherited one. R-VPL-2:
+    profiles that hold the same locks (inherited here) are checked once and named together."""
     message = refused(
         "[profiles.default.locked]\nprecision_mode = 'force_fp16'\n"
         "[profiles.b.locked]\nprecision_mode_v2 = 'origin'\n"
@@ -177,7 +177,40 @@ def test_locks_that_clash_across_profiles_are_refused_once_per_profile_that_hold
         "[profiles.default.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"
         "[profiles.c.defaults]\nhccl_timeout = 544\n[profiles.d.defaults]\nhccl_timeout = 68\n"
     )
-    assert "in profile 'default' on atlas-a2" in message and "profile 'c'" not in message
+    assert "in profiles 'default', 'c', 'd' (the same locks) on atlas-a2: " in message
+    assert message.count("on atlas-a2") == 1
+
+
+def test_a_lock_the_locked_mode_refuses_is_refused_at_load() -> None:
+    """force_fp16 is for online inference; with graph_run_mode locked to 1 no job can use it,
+    and every job under the profile would fail."""
+    message = refused(
+        "[profiles.default.locked]\ngraph_run_mode = 1\nprecision_mode = 'force_fp16'\n"
+    )
+    assert "locked precision_mode in profile 'default' on atlas-a2 in training: " in message
+    assert message.rstrip().endswith("the policy locks graph_run_mode 1")
+
+
+def test_a_profile_named_like_an_option_is_no_clash() -> None:
+    """Messages quote the table a value came from; a profile called `deterministic` does not
+    make `deterministic` a party to another lock's error (here force_fp16 refused in training,
+    which a job can leave by running online inference)."""
+    policy = parse_policy(
+        "[profiles.deterministic.locked]\ndeterministic = 1\nprecision_mode = 'force_fp16'\n"
+    )
+    assert policy.profile_names() == ("deterministic",)
+
+
+def test_many_profiles_with_the_same_clashing_locks_are_named_briefly() -> None:
+    tables = "".join(
+        f"[profiles.p{i:02}.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"
+        for i in range(20)
+    )
+    message = refused(tables)
+    assert message.count("R-VPL-2") == 5  # one problem a product
+    assert (
+        "in profiles 'p00', 'p01', 'p02', 'p03', 'p04', 'p05', 'p06', 'p07' and 12 more " in message
+    )
 
 
 def test_refuses_unknown_product_and_unknown_table_keys() -> None:
@@ -331,6 +364,6 @@ def test_diagnostics_from_policy_name_the_profiles_a_lock_reaches_r_esc_1() -> N
     (line,) = [line for line in lines if "[profiles.default.locked]" in line]
     assert line.startswith(
         "enable_small_channel locked from [profiles.default.locked]: WARNING FORCED (R-ESC-1) "
-        "on every product, in online inference, for profile 'default', 'p0', 'p1', "
+        "on every product, in online inference, for profiles 'default', 'p0', 'p1', "
     )
     assert "'p6' and 3 more: " in line and "'own'" not in line

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
-from ._model import JSON, Resolution, ResolveRequest, Severity
+from ._model import JSON, Code, Resolution, ResolveRequest, Severity
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer
-from ._values import Problem, parse
+from ._values import Problem, parse, show
 
 KINDS: Final = ("defaults", "locked")
 MAX_POLICY_BYTES: Final = 1024 * 1024
@@ -279,38 +279,53 @@ def _canonical(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
+_PROFILES_NAMED: Final = 8
+"""Profiles named in one problem or one line of diagnostics_from_policy; the rest counted."""
+
+
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     """Locked values that contradict each other are refused at load, not at request time: in
-    either mode, unless the policy locks the mode (two locks that clash only in online inference
-    would fail every inference job under the profile)."""
+    each mode a job can run in (both, unless the policy locks the mode; two locks that clash
+    only in online inference would fail every inference job under the profile). A lock whose
+    value the locked mode refuses clashes with that lock. Profiles holding the same locks on a
+    product are checked once and named together."""
     from ._pipeline import resolve
 
     locks_only = _LocksOnly(policy)
-    seen: set[tuple[str, tuple[tuple[str, str, str], ...]]] = set()
-    clashes: dict[tuple[str, str], set[str]] = {}
-    names = policy.profile_names()
+    holders: dict[tuple[str, tuple[tuple[str, str, bool], ...]], list[str]] = {}
     # The default profile first: the locks every other profile inherits are said as its own.
-    for name in sorted(names, key=lambda n: n != DEFAULT_PROFILE):
+    for name in sorted(policy.profile_names(), key=lambda n: n != DEFAULT_PROFILE):
         for pid in PRODUCT_IDS:
             layer = locks_only.layer(name, pid)
-            if layer is None or not layer.locked:
+            if layer is None or len(layer.locked) < 2:  # one lock has none to contradict
                 continue
             locks = tuple(
-                (k, _canonical(e.value), e.detail) for k, e in sorted(layer.locked.items())
+                (k, _canonical(e.value), e.all_products) for k, e in sorted(layer.locked.items())
             )
-            if (pid, locks) in seen:  # the same locks (a profile that only inherits them)
-                continue
-            seen.add((pid, locks))
-            for config in _mode_configs(layer):
-                request = ResolveRequest(product=pid, profile=name, config=config)
-                result = resolve(request, catalog=catalog, policy=locks_only)
-                for clash in _clashing_locks(result, layer, name, pid):
-                    clashes.setdefault(clash, set()).add(_mode_name(result))
+            holders.setdefault((pid, locks), []).append(name)
     problems = []
-    for (where, what), modes in clashes.items():
-        only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
-        problems.append(f"{where}{only}: {what}")
+    for (pid, _), names in holders.items():
+        layer = locks_only.layer(names[0], pid)
+        assert layer is not None
+        found: dict[tuple[str, str], set[str]] = {}
+        for config in _mode_configs(layer):
+            request = ResolveRequest(product=pid, profile=names[0], config=config)
+            result = resolve(request, catalog=catalog, policy=locks_only)
+            for clash in _clashing_locks(result, layer):
+                found.setdefault(clash, set()).add(_mode_name(result))
+        for (option, what), modes in found.items():
+            only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
+            where = _profiles(names) + (" (the same locks)" if len(names) > 1 else "")
+            problems.append(f"locked {option} in {where} on {pid}{only}: {what}")
     return sorted(problems)
+
+
+def _profiles(names: list[str]) -> str:
+    if len(names) == 1:
+        return f"profile {names[0]!r}"
+    shown = ", ".join(repr(n) for n in names[:_PROFILES_NAMED])
+    more = len(names) - _PROFILES_NAMED
+    return f"profiles {shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def _mode_configs(layer: PolicyLayer) -> list[dict[str, JSON]]:
@@ -324,22 +339,32 @@ def _mode_name(result: Resolution) -> str:
     return "online inference" if result.options.get("graph_run_mode") == 0 else "training"
 
 
-def _clashing_locks(
-    result: Resolution, layer: PolicyLayer, name: str, pid: str
-) -> list[tuple[str, str]]:
-    """(where, what) for each error between two of the layer's locks."""
+_TABLE_PATH: Final = re.compile(r"\[profiles\.[^\]]*\]")
+"""Where a policy value was written, as messages quote it: a profile's name is no option."""
+
+
+def _names(option: str, text: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) is not None
+
+
+def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, str]]:
+    """(option, what) for each error between two of the layer's locks, the locked mode
+    among them."""
     clashes = []
+    mode_lock = layer.locked.get("graph_run_mode")
     for d in result.diagnostics:
-        others = [o for o in layer.locked if o != d.option and o in d.message]
-        if d.severity is Severity.ERROR and d.option in layer.locked and others:
-            where = f"locked {d.option} in profile {name!r} on {pid}"
-            detail = layer.locked[d.option].detail.split("[", 1)[-1]
-            clashes.append((where, f"{d.message} ({d.rule}) [{detail}"))
+        if d.severity is not Severity.ERROR or d.option not in layer.locked:
+            continue
+        text = _TABLE_PATH.sub("", d.message)
+        detail = layer.locked[d.option].detail.split("[", 1)[-1]
+        what = f"{d.message} ({d.rule}) [{detail}"
+        if any(o != d.option and _names(o, text) for o in layer.locked):
+            clashes.append((d.option, what))
+        elif mode_lock is not None and d.code is Code.UNSUPPORTED_VALUE:
+            # A value for the other mode: every job fails, as none can change the mode.
+            mode = f"graph_run_mode {show(mode_lock.value)}"
+            clashes.append((d.option, f"{what}; the policy locks {mode}"))
     return clashes
-
-
-_PROFILES_NAMED: Final = 8
-"""Profiles named in one line of diagnostics_from_policy; the rest are counted."""
 
 
 @dataclass
@@ -390,9 +415,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
         if len(profiles) == len(everyone) > 1:
             line += ", for every profile"
         elif not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
-            named_profiles = ", ".join(repr(p) for p in profiles[:_PROFILES_NAMED])
-            more = len(profiles) - _PROFILES_NAMED
-            line += f", for profile {named_profiles}" + (f" and {more} more" if more > 0 else "")
+            line += f", for {_profiles(profiles)}"
         if len(named) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
         lines.append(f"{line}: {said.message}")

@@ -193,8 +193,8 @@ class Supervisor:
                 return START_FAILED
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._forward)
-        # An ignored SIGCHLD survives exec: a launcher that ignores it would make the kernel
-        # reap dead workers unseen, and none would be restarted nor a stop ever end.
+        # An ignored SIGCHLD survives exec: under a launcher that ignores it the kernel would
+        # reap dead workers unseen, none would be restarted, and the exit status would hide it.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for worker in range(self.settings.workers):
             self._spawn(worker)

@@ -96,10 +96,13 @@ class Remote:
             return getattr(self._client, method)(*args)
         except ResolverUnavailable as exc:
             hint = ""
-            if self._tls_without_own_certificate and "Socket closed" in str(exc):
-                hint = (  # what gRPC reports when the handshake is refused for want of one
-                    "; a server that requires client certificates (mutual TLS) closes the "
-                    "connection so: give --tls-cert and --tls-key"
+            if self._tls_without_own_certificate:
+                # A server that requires one closes the handshake, which gRPC reports as any
+                # lost connection ("Socket closed", or another address's failure when the
+                # name has several): the likely cause is worth a line.
+                hint = (
+                    "; if the server requires client certificates (mutual TLS), "
+                    "give --tls-cert and --tls-key"
                 )
             raise UnreachableError(f"{exc}{hint}") from exc
         except ResolverClientError as exc:
