@@ -237,6 +237,20 @@ def test_a_request_field_of_the_wrong_type_is_a_type_error_naming_it(
         ResolveRequest(**{"product": "atlas-a2", **fields})
 
 
+def test_a_request_keeps_its_own_mappings_when_the_caller_reuses_a_dict() -> None:
+    """Filling one dict and reusing it for the next request is common in job tooling: the
+    requests already made keep what they were given (R-HCT-1: each its own hccl_timeout)."""
+    config: dict[str, Any] = {}
+    env = {"HCCL_EXEC_TIMEOUT": "68"}
+    requests = []
+    for timeout in (600, 1200):
+        config["hccl_timeout"] = timeout
+        requests.append(ResolveRequest(product="atlas-a2", config=config, env=env))
+    env.clear()
+    assert [resolve(r).options["hccl_timeout"] for r in requests] == [600, 1200]
+    assert all(r.env == {"HCCL_EXEC_TIMEOUT": "68"} for r in requests)
+
+
 def test_str_and_bool_like_fields_and_mapping_values_of_other_classes_are_taken() -> None:
     """A StrEnum product, 0/1 for a flag, an OrderedDict or defaultdict as an object value (as
     json.loads with object_pairs_hook gives): taken as their plain forms, never an exception."""

@@ -269,7 +269,11 @@ def unset() -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ResolveRequest:
-    """What a caller sends: a partial config for one product, with the job's environment."""
+    """What a caller sends: a partial config for one product, with the job's environment.
+
+    The request holds its own copy of the config, env and attachments mappings (not of values
+    nested in them): a caller who fills one dict and reuses it for the next request does not
+    change the requests already made."""
 
     product: str
     config: Mapping[str, JSON] = field(default_factory=dict)
@@ -294,6 +298,7 @@ class ResolveRequest:
                 object.__setattr__(self, name, bool(flag))
         if not isinstance(self.config, Mapping):
             raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
+        object.__setattr__(self, "config", dict(self.config))
         for name in ("env", "attachments"):
             entries = getattr(self, name)
             if not isinstance(entries, Mapping):
@@ -304,6 +309,7 @@ class ResolveRequest:
                         f"ResolveRequest.{name} maps str to str; it holds a "
                         f"{type(key).__name__} key with a {type(value).__name__} value"
                     )
+            object.__setattr__(self, name, dict(entries))
 
     def to_json(self) -> dict[str, JSON]:
         return {
