@@ -13,7 +13,7 @@ from ._model import JSON, MAX_MEMO_TEXT
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-_canonical: Final = json.JSONEncoder(
+canonical_json: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False
 ).encode
 """One encoder for every fragment: json.dumps with options builds a new one per call."""
@@ -23,11 +23,11 @@ def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
     if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
-        return f"{_canonical(name)}:{_canonical(value)}"
+        return f"{canonical_json(name)}:{canonical_json(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
-        text = f"{_canonical(name)}:{_canonical(value)}"
+        text = f"{canonical_json(name)}:{canonical_json(value)}"
         if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text
@@ -36,7 +36,7 @@ def fragment(name: str, value: JSON) -> str:
 @lru_cache(maxsize=64)
 def _product_tail(product: str) -> str:
     """The text after the options: the same few products on every request."""
-    return f'}},"product":{_canonical(product)}}}'
+    return f'}},"product":{canonical_json(product)}}}'
 
 
 def digest(product: str, fragments: list[str]) -> str:

@@ -91,7 +91,7 @@ def why_refused(state: State, gate: ValueGate) -> str:
             )
         return f"is not supported in this version (source {CATALOG_VERSION})"
     if kind == "mode":
-        return f"is only for {'online inference' if gate.mode is Mode.INFERENCE else 'training'}"
+        return f"is only for {(gate.mode or Mode.TRAINING).prose}"
     return f"is not supported on {state.pid}"
 
 

@@ -22,16 +22,17 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
+from ._fingerprint import canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
-from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer
+from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
 from ._values import Problem, parse, show
 
 KINDS: Final = ("defaults", "locked")
@@ -155,10 +156,15 @@ class Policy:
                     where.setdefault((entry.detail, key, lock.detail), []).append(pid)
         notes = []
         for (default, key, locked), pids in sorted(where.items()):
-            named = [pid for pid in PRODUCT_IDS if pid in pids]
-            on = "any product" if len(named) == len(PRODUCT_IDS) else ", ".join(named)
+            on = _on_products(pids, "any product")
             notes.append(f"{key} {default} never acts on {on}: it is {locked}")
         return notes
+
+
+def _on_products(pids: Collection[str], all_of_them: str) -> str:
+    """Products in the catalog's order, or `all_of_them` when none is missing."""
+    named = [pid for pid in PRODUCT_IDS if pid in pids]
+    return all_of_them if len(named) == len(PRODUCT_IDS) else ", ".join(named)
 
 
 def _check_value(
@@ -275,12 +281,12 @@ class _LocksOnly:
         return self._policy.profile_names()
 
 
-def _canonical(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
 _PROFILES_NAMED: Final = 8
 """Profiles named in one problem or one line of diagnostics_from_policy; the rest counted."""
+
+
+_LockSet = tuple[tuple[str, str, bool], ...]
+"""A layer's locks as a key: (option, its value as canonical JSON, written for all products)."""
 
 
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
@@ -289,10 +295,8 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     only in online inference would fail every inference job under the profile). A lock whose
     value the locked mode refuses clashes with that lock. Profiles holding the same locks on a
     product are checked once and named together."""
-    from ._pipeline import resolve
-
     locks_only = _LocksOnly(policy)
-    holders: dict[tuple[str, tuple[tuple[str, str, bool], ...]], list[str]] = {}
+    holders: dict[tuple[str, _LockSet], tuple[PolicyLayer, list[str]]] = {}
     # The default profile first: the locks every other profile inherits are said as its own.
     for name in sorted(policy.profile_names(), key=lambda n: n != DEFAULT_PROFILE):
         for pid in PRODUCT_IDS:
@@ -300,17 +304,14 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
             if layer is None or len(layer.locked) < 2:  # one lock has none to contradict
                 continue
             locks = tuple(
-                (k, _canonical(e.value), e.all_products) for k, e in sorted(layer.locked.items())
+                (k, canonical_json(e.value), e.all_products)
+                for k, e in sorted(layer.locked.items())
             )
-            holders.setdefault((pid, locks), []).append(name)
+            holders.setdefault((pid, locks), (layer, []))[1].append(name)
     problems = []
-    for (pid, _), names in holders.items():
-        layer = locks_only.layer(names[0], pid)
-        assert layer is not None
+    for (pid, _), (layer, names) in holders.items():
         found: dict[tuple[str, str], set[str]] = {}
-        for config in _mode_configs(layer):
-            request = ResolveRequest(product=pid, profile=names[0], config=config)
-            result = resolve(request, catalog=catalog, policy=locks_only)
+        for _config, result in _each_mode(locks_only, names[0], pid, layer, catalog):
             for clash in _clashing_locks(result, layer):
                 found.setdefault(clash, set()).add(_mode_name(result))
         for (option, what), modes in found.items():
@@ -328,15 +329,22 @@ def _profiles(names: list[str]) -> str:
     return f"profiles {shown}" + (f" and {more} more" if more > 0 else "")
 
 
-def _mode_configs(layer: PolicyLayer) -> list[dict[str, JSON]]:
-    """A config for each mode a job under the layer can run in: the locked one, else both."""
-    if "graph_run_mode" in layer.locked:
-        return [{}]
-    return [{"graph_run_mode": 1}, {"graph_run_mode": 0}]
+def _each_mode(
+    policy: PolicyLike, name: str, pid: str, layer: PolicyLayer, catalog: Catalog
+) -> Iterator[tuple[dict[str, JSON], Resolution]]:
+    """A job that sets nothing but the mode, under profile `name` on `pid`, resolved in each
+    mode it can run in (the locked one, else both): the config and its answer."""
+    from ._pipeline import resolve
+
+    modes = [{}] if "graph_run_mode" in layer.locked else [{"graph_run_mode": m} for m in (1, 0)]
+    for config in modes:
+        request = ResolveRequest(product=pid, profile=name, config=config)
+        yield config, resolve(request, catalog=catalog, policy=policy)
 
 
 def _mode_name(result: Resolution) -> str:
-    return "online inference" if result.options.get("graph_run_mode") == 0 else "training"
+    mode = result.options.get("graph_run_mode")
+    return Mode.from_graph_run_mode(mode if isinstance(mode, int) else 1).prose
 
 
 _TABLE_PATH: Final = re.compile(r"\[profiles\.[^\]]*\]")
@@ -383,8 +391,6 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
     a lock a rule overrides (R-ESC-1 in online inference), a timeout rounded on one product
     (R-HCT-3), a deprecated option. Each is said per job; here the platform team sees it before
     the file goes live, once per table entry, with the products and modes it reaches."""
-    from ._pipeline import resolve
-
     heard: dict[tuple[str, str, str], _Heard] = {}
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
@@ -392,9 +398,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             if layer is None:
                 continue
             entries = {**layer.defaults, **layer.locked}
-            for config in _mode_configs(layer):
-                request = ResolveRequest(product=pid, profile=name, config=config)
-                result = resolve(request, catalog=catalog, policy=policy)
+            for config, result in _each_mode(policy, name, pid, layer, catalog):
                 for d in result.diagnostics:
                     entry = entries.get(d.option)
                     if entry is None or d.option in config:
@@ -407,8 +411,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
     lines = []
     everyone = policy.profile_names()
     for (detail, option, what), said in heard.items():
-        named = [pid for pid in PRODUCT_IDS if pid in said.products]
-        on = "every product" if len(named) == len(PRODUCT_IDS) else ", ".join(named)
+        on = _on_products(said.products, "every product")
         modes = " and ".join(sorted(said.modes, reverse=True))  # training first
         line = f"{option} {detail}: {what} on {on}, in {modes}"
         profiles = sorted(said.profiles)
@@ -416,7 +419,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             line += ", for every profile"
         elif not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
             line += f", for {_profiles(profiles)}"
-        if len(named) > 1 and said.first in said.message:
+        if len(said.products) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
         lines.append(f"{line}: {said.message}")
     return sorted(lines)

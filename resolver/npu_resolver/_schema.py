@@ -35,6 +35,11 @@ class Mode(enum.StrEnum):
     def from_graph_run_mode(cls, value: int) -> Mode:
         return cls.INFERENCE if value == 0 else cls.TRAINING
 
+    @property
+    def prose(self) -> str:
+        """The mode as messages name it."""
+        return "online inference" if self is Mode.INFERENCE else "training"
+
 
 class Section(enum.StrEnum):
     BASIC = "basic"
