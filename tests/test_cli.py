@@ -287,6 +287,31 @@ def test_policy_check_names_what_the_policys_own_values_make_every_job_hear_r_es
     assert proc.returncode == 0 and "diagnostics_from_the_policy" not in json.loads(proc.stdout)
 
 
+def test_policy_check_exits_1_when_a_lock_fails_every_job_of_a_mode_r_pm_3(tmp_path: Path) -> None:
+    """A lock to `force_fp16`, which R-PM-3 keeps for online inference, loads (a job may run
+    in inference) but fails every training job under it: `check` prints the report and exits
+    1, so a platform team's pipeline does not push the file. Warnings alone still exit 0."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        '[profiles.default.locked]\nprecision_mode = "force_fp16"\nhccl_timeout = 600\n',
+        encoding="utf-8",
+    )
+    proc = run("policy", "check", str(policy))
+    assert proc.returncode == 1, proc.stderr
+    said = json.loads(proc.stdout)["diagnostics_from_the_policy"]
+    (refused,) = [line for line in said if " ERROR " in line]
+    assert refused.startswith(
+        "precision_mode locked from [profiles.default.locked]: ERROR UNSUPPORTED_VALUE (R-PM-3) "
+        "on every product, in training"
+    )
+    assert "1 of its diagnostics_from_the_policy is an ERROR" in proc.stderr
+    assert any(line.startswith("hccl_timeout ") for line in said)  # the rest is listed too
+    policy.write_text("[profiles.default.locked]\nhccl_timeout = 600\n", encoding="utf-8")
+    proc = run("policy", "check", str(policy))
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert json.loads(proc.stdout)["diagnostics_from_the_policy"]
+
+
 def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

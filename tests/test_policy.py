@@ -360,7 +360,7 @@ def test_diagnostics_from_policy_name_the_profiles_a_lock_reaches_r_esc_1() -> N
         "[profiles.default.locked]\nenable_small_channel = 0\n"
         f"{others}[profiles.own.locked]\nenable_small_channel = 1\n"
     )
-    lines = diagnostics_from_policy(policy)
+    lines = [says.text for says in diagnostics_from_policy(policy)]
     (line,) = [line for line in lines if "[profiles.default.locked]" in line]
     assert line.startswith(
         "enable_small_channel locked from [profiles.default.locked]: WARNING FORCED (R-ESC-1) "

@@ -386,12 +386,22 @@ class _Heard:
     profiles: set[str]
 
 
-def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class PolicySays:
+    """One line of diagnostics_from_policy, with the severity the jobs it reaches hear it at:
+    an ERROR fails every such job that leaves the policy's values be."""
+
+    severity: Severity
+    text: str
+
+
+def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[PolicySays]:
     """What the policy's own values make the resolver say to every job that leaves them be:
     a lock a rule overrides (R-ESC-1 in online inference), a timeout rounded on one product
-    (R-HCT-3), a deprecated option. Each is said per job; here the platform team sees it before
-    the file goes live, once per table entry, with the products and modes it reaches."""
-    heard: dict[tuple[str, str, str], _Heard] = {}
+    (R-HCT-3), a deprecated option, a lock the mode a job runs in refuses. Each is said per
+    job; here the platform team sees it before the file goes live, once per table entry, with
+    the products and modes it reaches. Sorted by text."""
+    heard: dict[tuple[str, str, Severity, str], _Heard] = {}
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
             layer = policy.layer(name, pid)
@@ -403,17 +413,17 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                     entry = entries.get(d.option)
                     if entry is None or d.option in config:
                         continue
-                    key = (entry.detail, d.option, f"{d.severity} {d.code} ({d.rule})")
+                    key = (entry.detail, d.option, d.severity, f"{d.code} ({d.rule})")
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set(), set()))
                     said.products.add(pid)
                     said.modes.add(_mode_name(result))
                     said.profiles.add(name)
     lines = []
     everyone = policy.profile_names()
-    for (detail, option, what), said in heard.items():
+    for (detail, option, severity, what), said in heard.items():
         on = _on_products(said.products, "every product")
         modes = " and ".join(sorted(said.modes, reverse=True))  # training first
-        line = f"{option} {detail}: {what} on {on}, in {modes}"
+        line = f"{option} {detail}: {severity} {what} on {on}, in {modes}"
         profiles = sorted(said.profiles)
         if len(profiles) == len(everyone) > 1:
             line += ", for every profile"
@@ -421,8 +431,8 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             line += f", for {_profiles(profiles)}"
         if len(said.products) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
-        lines.append(f"{line}: {said.message}")
-    return sorted(lines)
+        lines.append(PolicySays(severity, f"{line}: {said.message}"))
+    return sorted(lines, key=lambda says: says.text)
 
 
 def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG) -> Policy:

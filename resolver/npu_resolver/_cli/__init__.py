@@ -23,6 +23,7 @@ from .._model import (
     DuplicateKeyError,
     Resolution,
     ResolveRequest,
+    Severity,
     is_text,
     loads_json,
     printable,
@@ -506,8 +507,16 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         summary = policy.summary()
         said = diagnostics_from_policy(policy)
         if said:  # what every job would hear: shown by `check` only, which resolves to find it
-            summary["diagnostics_from_the_policy"] = said
+            summary["diagnostics_from_the_policy"] = [says.text for says in said]
         _print(json.dumps(summary, indent=2, ensure_ascii=False))
+        errors = sum(says.severity is Severity.ERROR for says in said)
+        if errors:  # loadable, but every job it reaches fails: not a file to push
+            _warn(
+                f"policy {args.file} loads, but {errors} of its diagnostics_from_the_policy "
+                f"{'is an ERROR' if errors == 1 else 'are ERRORs'}: the jobs "
+                f"{'it names' if errors == 1 else 'they name'} would fail"
+            )
+            return EXIT_ERRORS
         return EXIT_OK
     shown = _transport(args).policy()
     _print(json.dumps(shown, indent=2, ensure_ascii=False))
