@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 JSON = Any
@@ -210,6 +210,36 @@ class Diagnostic:
             message=str(data.get("message", "")),
             suggestion=str(data.get("suggestion", "")),
         )
+
+
+def _setters(cls: type, *names: str) -> tuple[Callable[[object, Any], None], ...]:
+    """The slot setters of a frozen slotted dataclass's fields, for a builder that skips its
+    generated __init__ (one object.__setattr__ call per field). `names` must be its fields in
+    order, checked at import: a field added later cannot be left unset."""
+    if tuple(f.name for f in fields(cls)) != names:
+        raise TypeError(f"{cls.__name__} has fields other than {names}")
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_new: Final = object.__new__
+_SEVERITY, _CODE, _OPTION, _RULE, _MESSAGE, _SUGGESTION = _setters(
+    Diagnostic, "severity", "code", "option", "rule", "message", "suggestion"
+)
+
+
+def diagnostic(  # noqa: PLR0917 - the fields of Diagnostic, in order
+    severity: Severity, code: Code, option: str, rule: str, message: str, suggestion: str = ""
+) -> Diagnostic:
+    """Diagnostic(...), the same object built in half the time: a request with many warnings
+    makes dozens of them."""
+    made: Diagnostic = _new(Diagnostic)
+    _SEVERITY(made, severity)
+    _CODE(made, code)
+    _OPTION(made, option)
+    _RULE(made, rule)
+    _MESSAGE(made, message)
+    _SUGGESTION(made, suggestion)
+    return made
 
 
 class _Unset:

@@ -21,6 +21,7 @@ from ._model import (
     Provenance,
     Severity,
     Source,
+    diagnostic,
     unset,
 )
 from ._products import BY_ID, Family
@@ -180,7 +181,7 @@ class State:
         severity = CODE_SEVERITY[code]
         if self.strict and code in DROP_CODES:
             severity = Severity.ERROR
-        self.diagnostics.append(Diagnostic(severity, code, option, rule, message, suggestion))
+        self.diagnostics.append(diagnostic(severity, code, option, rule, message, suggestion))
 
     def report(self, option: str, problem: Problem) -> None:
         """A value's problem, or a note on how it was read, as a diagnostic on `option`."""
