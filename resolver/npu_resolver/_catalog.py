@@ -7,7 +7,7 @@ the per-request work is dictionary look-ups rather than re-deriving gates and de
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -16,6 +16,7 @@ from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
 from ._schema import Default, Mode, Option, OptType, Range, ValueGate
+from ._values import unfit
 
 
 class CatalogError(ValueError):
@@ -52,22 +53,12 @@ class OptionView:
     """A string without a list of choices: only here can text that is not Unicode (a lone
     surrogate) pass the other checks, so only here is it looked for."""
 
+    accepts: Callable[[JSON], bool]
+    """accepts_as_is, with only the checks this view needs (built by `_acceptor`)."""
+
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
-        if not self.plain or type(raw) is not self.pytype:
-            return False
-        choices = self.fast_choices
-        if choices is not None and raw not in choices:
-            return False
-        rng = self.range
-        if rng is not None and not (type(raw) is int and rng.contains(raw)):
-            return False
-        if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
-            return False  # parse() says why
-        if self.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
-            return False  # parse() says why
-        check = self.option.validator
-        return check is None or (type(raw) is str and check(raw) is None)
+        return self.accepts(raw)
 
     def blocked(self, value: JSON) -> ValueGate | None:
         """The gate that refuses this value here, if any (objects and lists are never gated)."""
@@ -93,6 +84,64 @@ _PYTYPES: Final[Mapping[OptType, type]] = {
 
 def _matches(products: frozenset[str] | None, mode_gate: Mode | None, pid: str, mode: Mode) -> bool:
     return (products is None or pid in products) and (mode_gate is None or mode_gate is mode)
+
+
+def _never(raw: JSON) -> bool:
+    return False
+
+
+def _passes_through(raw: JSON) -> bool:
+    """Any value JSON can carry, but null and "", which take the general path: a config may
+    mean "not set" by them."""
+    if raw is None or (isinstance(raw, str) and not raw):
+        return False
+    return unfit(raw) is None
+
+
+def _acceptor(option: Option, rng: Range | None) -> Callable[[JSON], bool]:
+    """Whether a value is valid exactly as given, the check every value of the request meets
+    first, specialised once per view to the checks its option's type, choices, range and
+    grammar need. A value it declines takes the general path (`parse`), which gives the same
+    verdict on any value it accepts: declining more is safe, accepting more is not."""
+    pytype = _PYTYPES.get(option.type)
+    check = option.validator
+    choices = frozenset(option.choices) if option.choices else None
+    if option.aliases or (rng is not None and pytype is not int):
+        return _never
+    if pytype is None:  # an object or any JSON value, passed through once it fits JSON
+        if choices is not None or rng is not None or check is not None:
+            return _never
+        if option.type is OptType.OBJECT:
+            return lambda raw: isinstance(raw, dict) and unfit(raw) is None
+        return _passes_through
+    if pytype is int:
+        if check is not None:
+            return _never
+        low, high = -MAX_EXACT_INT, MAX_EXACT_INT  # parse() says why beyond these
+        if rng is not None:
+            if rng.minimum is not None:
+                low = max(low, rng.minimum + 1 if rng.min_exclusive else rng.minimum)
+            if rng.maximum is not None:
+                high = min(high, rng.maximum)
+        if choices is not None:
+            return lambda raw: type(raw) is int and low <= raw <= high and raw in choices
+        return lambda raw: type(raw) is int and low <= raw <= high
+    if pytype is bool:
+        if check is not None:
+            return _never
+        if choices is not None:
+            return lambda raw: type(raw) is bool and raw in choices
+        return lambda raw: type(raw) is bool
+    if choices is not None:  # text from a list: the list holds only whole text
+        if check is not None:
+            return lambda raw: type(raw) is str and raw in choices and check(raw) is None
+        return lambda raw: type(raw) is str and raw in choices
+    # Free text: a lone surrogate passes every other check, so only here is it looked for.
+    if check is not None:
+        return lambda raw: (
+            type(raw) is str and (raw.isascii() or is_text(raw)) and check(raw) is None
+        )
+    return lambda raw: type(raw) is str and (raw.isascii() or is_text(raw))
 
 
 def _view(option: Option, pid: str, mode: Mode) -> OptionView:
@@ -131,6 +180,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         plain_gate=acts and not blocked,
         flagged=option.experimental or option.deprecated,
         free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
+        accepts=_acceptor(option, rng),
     )
 
 

@@ -126,7 +126,7 @@ def _read_config(
     for name in names:
         raw = request.config[name]
         view = views.get(name)
-        if view is not None and view.accepts_as_is(raw):
+        if view is not None and view.accepts(raw):
             explicit[name] = (raw, raw)
             continue
         if view is None:

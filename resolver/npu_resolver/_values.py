@@ -13,11 +13,13 @@ import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ._catalog import OptionView
 from ._model import JSON, MAX_EXACT_INT, Code, is_text
 from ._schema import Option, OptType
+
+if TYPE_CHECKING:
+    from ._catalog import OptionView
 
 MAX_OBJECT_DEPTH: Final = 16
 """Nesting of an object value. A server reads configs two levels deeper (the config, and one
@@ -97,7 +99,7 @@ def key_text(key: object) -> str:
     return str.__str__(key) if isinstance(key, str) else _brief(key)
 
 
-def _unfit(value: JSON) -> str | None:
+def unfit(value: JSON) -> str | None:
     """Why a pass-through value cannot be taken (nested without bound, holding a number JSON
     cannot carry exactly, or text that is not Unicode), or None. Level by level, so any depth
     is safe to look at and each element costs a few checks, no call."""
@@ -284,11 +286,11 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
     if kind is OptType.OBJECT:
         if not isinstance(raw, dict):
             return _invalid(option, raw, "a config object")
-        reason = _unfit(raw)
+        reason = unfit(raw)
         if reason is not None:
             return _invalid(option, "{...}", f"an object {reason}")
         return raw, False
-    reason = _unfit(raw)
+    reason = unfit(raw)
     if reason is not None:
         return _invalid(option, "...", f"a value {reason}")
     return raw, False
@@ -308,9 +310,17 @@ def parse(
     view: OptionView, raw: JSON, *, product: str, from_text: bool = False
 ) -> Parsed | Problem:
     """Parse a caller's (or an env var's, `from_text`) value for one product's view."""
-    option = view.option
-    if view.accepts_as_is(raw):
+    if view.accepts(raw):
         return Parsed(raw)
+    return parse_in_full(view, raw, product=product, from_text=from_text)
+
+
+def parse_in_full(
+    view: OptionView, raw: JSON, *, product: str, from_text: bool = False
+) -> Parsed | Problem:
+    """`parse` without the check for a value valid as given, which this gives the same answer
+    on (tests hold the two together)."""
+    option = view.option
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
         return coerced

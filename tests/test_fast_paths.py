@@ -1,0 +1,96 @@
+"""The resolver's shortcuts give the answers of the general paths they stand in for."""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from npu_resolver import CATALOG, PRODUCTS
+from npu_resolver._catalog import OptionView
+from npu_resolver._model import MAX_EXACT_INT, Code, Diagnostic, Severity, diagnostic, is_text
+from npu_resolver._schema import Mode, OptType
+from npu_resolver._values import Parsed, parse_in_full
+from tests.test_properties import json_values
+
+VIEWS = [
+    view
+    for product, mode in itertools.product(PRODUCTS, Mode)
+    for view in CATALOG.view(product.id, mode).values()
+]
+FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def as_is_before(view: OptionView, raw: Any) -> bool:
+    """The check for a value valid as given as it was written before it was specialised per
+    view (it took no object or pass-through value)."""
+    if not view.plain or type(raw) is not view.pytype:
+        return False
+    if view.fast_choices is not None and raw not in view.fast_choices:
+        return False
+    rng = view.range
+    if rng is not None and not (type(raw) is int and rng.contains(raw)):
+        return False
+    if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
+        return False
+    if view.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
+        return False
+    check = view.option.validator
+    return check is None or (type(raw) is str and check(raw) is None)
+
+
+def candidates(view: OptionView) -> list[Any]:
+    """Values at every edge the check looks at, for one option."""
+    option = view.option
+    values: list[Any] = [None, "", " ", "x", "\ud800", "é", 0, 1, -1, True, False, 1.0, 0.5]
+    values += [{}, {"a": 1}, {"a": 2**60}, {"a": float("nan")}, [], [1, "\ud800"], (1,), b"x"]
+    values += [MAX_EXACT_INT, MAX_EXACT_INT + 1, -MAX_EXACT_INT, -MAX_EXACT_INT - 1]
+    values += [OrderedDict(a=1), float("inf")]
+    values += list(option.choices) + list(option.aliases) + [d.value for d in option.defaults]
+    for rng in option.ranges:
+        for bound in (rng.minimum, rng.maximum):
+            if bound is not None:
+                values += [bound - 1, bound, bound + 1, str(bound)]
+    deep: Any = 1
+    for _ in range(20):
+        deep = {"k": deep}
+    values.append(deep)
+    return values
+
+
+def check_view(view: OptionView, raw: Any) -> None:
+    accepted = view.accepts(raw)
+    before = as_is_before(view, raw)
+    if before:
+        assert accepted, (view.option.name, raw)
+    if not accepted:
+        return
+    parsed = parse_in_full(view, raw, product="atlas-a2")
+    assert isinstance(parsed, Parsed), (view.option.name, raw, parsed)
+    assert parsed.value is raw and parsed.note is None, (view.option.name, raw)
+    if not before:  # taken now, and only as a value passed through: never one meaning unset
+        assert view.option.type in (OptType.OBJECT, OptType.ANY), view.option.name
+        assert raw is not None and raw != "", view.option.name
+
+
+def test_a_value_taken_as_given_is_what_the_full_parse_gives() -> None:
+    for view in VIEWS:
+        for raw in candidates(view):
+            check_view(view, raw)
+
+
+@FAST
+@given(st.sampled_from(VIEWS), json_values)
+def test_any_value_taken_as_given_is_what_the_full_parse_gives(view: OptionView, raw: Any) -> None:
+    check_view(view, raw)
+
+
+def test_the_quick_diagnostic_builder_makes_the_same_diagnostic() -> None:
+    made = diagnostic(Severity.WARNING, Code.FORCED, "a", "R-1", "m", "s")
+    assert made == Diagnostic(Severity.WARNING, Code.FORCED, "a", "R-1", "m", "s")
+    assert diagnostic(Severity.INFO, Code.ROUNDED, "a", "R", "m") == Diagnostic(
+        Severity.INFO, Code.ROUNDED, "a", "R", "m"
+    )
