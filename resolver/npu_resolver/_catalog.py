@@ -62,7 +62,7 @@ class OptionView:
 
     def blocked(self, value: JSON) -> ValueGate | None:
         """The gate that refuses this value here, if any (objects and lists are never gated)."""
-        if not self.blocked_values or isinstance(value, dict | list):
+        if not self.blocked_values or isinstance(value, _CONTAINERS):
             return None
         return self.blocked_values.get(value)
 
@@ -72,6 +72,7 @@ class OptionView:
 
 
 View = Mapping[str, OptionView]
+_CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
 
 
 _PYTYPES: Final[Mapping[OptType, type]] = {

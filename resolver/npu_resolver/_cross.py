@@ -374,6 +374,8 @@ def op_precision_supersedes_implmode(state: State) -> None:
 
 def optypelist_needs_implmode(state: State) -> None:
     """R-DEP-5: optypelist_for_implmode needs op_select_implmode."""
+    if "optypelist_for_implmode" not in state.slots:
+        return
     _needs(
         state,
         "optypelist_for_implmode",
@@ -430,6 +432,8 @@ def rank_and_device_list_together(state: State) -> None:
         ("local_rank_id", "local_device_list"),
         ("local_device_list", "local_rank_id"),
     ):
+        if name not in state.slots:
+            continue
         _needs(
             state,
             name,
@@ -451,6 +455,8 @@ def _mixed_precision_off(state: State) -> bool:
 
 def mixlist_needs_mixed_precision(state: State) -> None:
     """R-MML-1: modify_mixlist only acts when mixed precision is on."""
+    if "modify_mixlist" not in state.slots or not _mixed_precision_off(state):
+        return
     # Only the mixed modes this product accepts (R-PREC-2: no bf16 on the legacy family).
     bf16 = state.family is not Family.LEGACY
     modes = (
@@ -464,13 +470,15 @@ def mixlist_needs_mixed_precision(state: State) -> None:
         "modify_mixlist",
         "R-MML-1",
         f"modify_mixlist has no effect because mixed precision is off; set {modes}, or remove it.",
-        not _mixed_precision_off(state),
+        False,
         reads=_PRECISION,
     )
 
 
 def customize_dtypes_needs_reduced_precision(state: State) -> None:
     """R-CDT-1: customize_dtypes does nothing when the graph keeps its original precision."""
+    if "customize_dtypes" not in state.slots:
+        return
     keeps = (
         state.value("precision_mode_v2") == "origin"
         or state.value("precision_mode") == "must_keep_origin_dtype"
@@ -506,6 +514,8 @@ def dynamic_shape(state: State) -> str | None:
 
 def fusion_size_static_only(state: State) -> None:
     """R-IFS-2: input_fusion_size acts on static-shape graphs only."""
+    if "input_fusion_size" not in state.slots:
+        return  # (each rule that drops an option asks this first: it is mostly not set)
     dynamic = dynamic_shape(state)
     _needs(
         state,
@@ -574,6 +584,8 @@ def multistream_static_only(state: State) -> None:
 
 def aicore_num_with_prebuilt(state: State) -> None:
     """R-ACN-2: aicore_num has no effect with jit_compile 'false' on a static-shape graph."""
+    if "aicore_num" not in state.slots:
+        return
     _needs(
         state,
         "aicore_num",
@@ -650,11 +662,9 @@ def _warn_set_options(
 
     `flagged` gives the rule id to cite, or None when the option is not flagged.
     """
-    for name in state.touched:
-        view = state.view[name]
-        if not view.flagged:
-            continue
-        rule = flagged(view.option)
+    views = state.view
+    for name in [name for name in state.touched if views[name].flagged]:
+        rule = flagged(views[name].option)
         if rule is None:
             continue
         if state.is_set(name) or (given and (name in state.given or name in state.refused)):

@@ -75,9 +75,10 @@ Decision = Slot | None | _Next
 documented default stays, or nothing does); or _NEXT."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Asked:
-    """What the sources know of one option while its value is chosen."""
+    """What the sources know of one option while its value is chosen. (Not frozen: a frozen
+    dataclass sets each field through object.__setattr__, and one is built per option.)"""
 
     state: State
     view: OptionView

@@ -65,6 +65,11 @@ def show(value: JSON) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
+_SHOWN_AS_STR: Final = (int, float, datetime.date, datetime.time)  # TOML has dates
+"""A tuple, as the other isinstance() class lists here: `int | float | ...` would build a
+union at each call, which costs more than the whole check."""
+
+
 def _json_text(value: JSON) -> str:
     if value is True:
         return "true"
@@ -76,7 +81,7 @@ def _json_text(value: JSON) -> str:
         return "{...}" if value else "{}"
     if isinstance(value, list):
         return "[...]" if value else "[]"
-    if isinstance(value, int | float | datetime.date | datetime.time):  # TOML has dates
+    if isinstance(value, _SHOWN_AS_STR):
         return str(value)
     return _brief(value)
 
@@ -161,6 +166,9 @@ def too_deep_value() -> JSON:
     return chain
 
 
+_SCALARS: Final = (str, int, float)
+
+
 def not_json(value: JSON) -> str | None:
     """What in `value` JSON cannot hold as it is (a tuple, a set, bytes, any other object, an
     object key that is not text), or None: what a client cannot send as the resolver in process
@@ -176,7 +184,7 @@ def not_json(value: JSON) -> str | None:
                 following.extend(item.values())
             elif isinstance(item, list):
                 following.extend(item)
-            elif not (item is None or isinstance(item, str | int | float)):
+            elif not (item is None or isinstance(item, _SCALARS)):
                 return f"a {type(item).__name__}"
         if not following:
             return None
@@ -235,6 +243,9 @@ def _invalid(
     )
 
 
+_NUMBERS: Final = (int, float)
+
+
 def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
     """The value in the option's own type, and whether it had to be converted."""
     kind = option.type
@@ -251,7 +262,7 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
     if kind is OptType.BOOL:
         if isinstance(raw, bool):
             return raw, False
-        if isinstance(raw, int | float) and raw in (0, 1):
+        if isinstance(raw, _NUMBERS) and raw in (0, 1):
             return bool(raw), True
         if isinstance(raw, str) and raw.strip() in _TRUE | _FALSE:
             return raw.strip() in _TRUE, True
