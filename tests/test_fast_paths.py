@@ -11,9 +11,18 @@ from hypothesis import strategies as st
 
 from npu_resolver import CATALOG, PRODUCTS
 from npu_resolver._catalog import OptionView
-from npu_resolver._model import MAX_EXACT_INT, Code, Diagnostic, Severity, diagnostic, is_text
+from npu_resolver._model import (
+    MAX_EXACT_INT,
+    Code,
+    Diagnostic,
+    Resolution,
+    Severity,
+    diagnostic,
+    is_text,
+    resolution,
+)
 from npu_resolver._schema import Mode, OptType
-from npu_resolver._values import Parsed, parse_in_full
+from npu_resolver._values import Parsed, config_shape, parse_in_full
 from tests.test_properties import json_values
 
 VIEWS = [
@@ -94,3 +103,27 @@ def test_the_quick_diagnostic_builder_makes_the_same_diagnostic() -> None:
     assert diagnostic(Severity.INFO, Code.ROUNDED, "a", "R", "m") == Diagnostic(
         Severity.INFO, Code.ROUNDED, "a", "R", "m"
     )
+
+
+def test_the_quick_resolution_builder_makes_the_same_resolution() -> None:
+    fields: dict[str, Any] = {
+        "ok": True,
+        "product": "atlas-a2",
+        "options": {"a": 1},
+        "provenance": {},
+        "diagnostics": (),
+        "paths": {"debug_dir": "/x"},
+        "catalog_version": "900",
+        "policy_version": "p",
+        "fingerprint": "f",
+    }
+    assert resolution(**fields) == Resolution(**fields)
+
+
+def test_a_config_of_plain_values_is_read_in_one_pass_and_any_container_still_walked() -> None:
+    assert config_shape({"a": 1, "b": "x", "c": None, "d": 1.5, "e": True}) is None
+    deep: Any = []
+    for _ in range(40):
+        deep = [deep]
+    assert config_shape({"a": 1, "b": deep}) is not None
+    assert config_shape({"a": 1, "b": OrderedDict(c=deep)}) is not None

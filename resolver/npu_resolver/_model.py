@@ -454,3 +454,54 @@ class Resolution:
             policy_version=str(data.get("policy_version", "")),
             fingerprint=str(data.get("fingerprint", "")),
         )
+
+
+(
+    _OK,
+    _PRODUCT,
+    _OPTIONS,
+    _PROVENANCE,
+    _DIAGNOSTICS,
+    _PATHS,
+    _CATALOG_VERSION,
+    _POLICY_VERSION,
+    _FINGERPRINT,
+) = _setters(
+    Resolution,
+    "ok",
+    "product",
+    "options",
+    "provenance",
+    "diagnostics",
+    "paths",
+    "catalog_version",
+    "policy_version",
+    "fingerprint",
+)
+
+
+def resolution(
+    *,
+    ok: bool,
+    product: str,
+    options: Mapping[str, JSON],
+    provenance: Mapping[str, Provenance],
+    diagnostics: tuple[Diagnostic, ...],
+    paths: Mapping[str, str],
+    catalog_version: str,
+    policy_version: str,
+    fingerprint: str,
+) -> Resolution:
+    """Resolution(...), the same object built without the frozen dataclass's __init__ (see
+    `diagnostic`): one per request."""
+    made: Resolution = _new(Resolution)
+    _OK(made, ok)
+    _PRODUCT(made, product)
+    _OPTIONS(made, options)
+    _PROVENANCE(made, provenance)
+    _DIAGNOSTICS(made, diagnostics)
+    _PATHS(made, paths)
+    _CATALOG_VERSION(made, catalog_version)
+    _POLICY_VERSION(made, policy_version)
+    _FINGERPRINT(made, fingerprint)
+    return made

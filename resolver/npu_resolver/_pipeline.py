@@ -28,6 +28,7 @@ from ._model import (
     ResolveRequest,
     Severity,
     printable,
+    resolution,
 )
 from ._paths import effective_paths
 from ._precedence import apply_precedence, effective_mode
@@ -373,9 +374,10 @@ def _run(rules: tuple[CrossRule, ...], state: State) -> None:
 
 def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) -> Resolution:
     slots = state.slots
+    ok = Severity.ERROR not in [d.severity for d in state.diagnostics]
     if slots == base.final:  # nothing moved a default: every part is precomputed
-        return Resolution(
-            ok=not any(d.severity is Severity.ERROR for d in state.diagnostics),
+        return resolution(
+            ok=ok,
             product=state.pid,
             options=dict(base.options),
             provenance=dict(base.final_provenance),
@@ -389,8 +391,8 @@ def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) ->
         slots = {name: slots[name] for name in sorted(slots, key=base.order.__getitem__)}
     options = {name: slot.value for name, slot in slots.items()}
     provenance = {name: slot.prov or _provenance(slot) for name, slot in slots.items()}
-    return Resolution(
-        ok=not any(d.severity is Severity.ERROR for d in state.diagnostics),
+    return resolution(
+        ok=ok,
         product=state.pid,
         options=options,
         provenance=provenance,

@@ -198,6 +198,8 @@ def config_refusal(shape: str) -> str:
 
 
 _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
+_FLAT: Final = frozenset({str, int, bool, float, type(None)})
+"""Types whose values hold no others (exactly these: a subclass may be a container)."""
 
 
 def config_shape(
@@ -213,6 +215,8 @@ def config_shape(
     items = len(config)
     if items > max_items:
         return f"more than {max_items} keys and items in all"
+    if _FLAT.issuperset(map(type, config.values())):
+        return None  # no value holds others: one pass in C
     level = [value for value in config.values() if isinstance(value, _CONTAINERS)]
     depth = 2
     while level:
