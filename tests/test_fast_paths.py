@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npu_resolver import CATALOG, PRODUCTS
+from npu_resolver import CATALOG, PRODUCTS, ResolveRequest, _pipeline, fingerprint, resolve
 from npu_resolver._catalog import OptionView
+from npu_resolver._fingerprint import fragment
 from npu_resolver._model import (
     MAX_EXACT_INT,
     Code,
@@ -21,9 +23,12 @@ from npu_resolver._model import (
     is_text,
     resolution,
 )
+from npu_resolver._precedence import _plain_slot
 from npu_resolver._schema import Mode, OptType
+from npu_resolver._state import State
 from npu_resolver._values import Parsed, config_shape, parse_in_full
-from tests.test_properties import json_values
+from tests.test_properties import json_values, valid_requests
+from tests.test_properties import requests as resolve_requests
 
 VIEWS = [
     view
@@ -127,3 +132,55 @@ def test_a_config_of_plain_values_is_read_in_one_pass_and_any_container_still_wa
         deep = [deep]
     assert config_shape({"a": 1, "b": deep}) is not None
     assert config_shape({"a": 1, "b": OrderedDict(c=deep)}) is not None
+
+
+def check_fragments(request: ResolveRequest) -> None:
+    """A slot's fragment, kept to spare the fingerprint the work, is its name and value as the
+    fingerprint writes them; a slot whose value a rule changed carries none."""
+    states: list[State] = []
+    result = _pipeline._result
+
+    def keep(state: State, *args: Any) -> Resolution:
+        states.append(state)
+        return result(state, *args)
+
+    with patch.object(_pipeline, "_result", keep):
+        answer = resolve(request)
+    for state in states:
+        for name, slot in state.slots.items():
+            assert slot.fragment in (None, fragment(name, slot.value)), name
+    if answer.product:
+        assert answer.fingerprint == fingerprint(answer.product, answer.options)
+
+
+REWRITTEN = [  # requests in which a rule changes a value the caller or a default gave
+    ResolveRequest("atlas-training", {"hccl_timeout": 600}),
+    ResolveRequest("atlas-300i-duo", {"hccl_timeout": 10}),
+    ResolveRequest("atlas-training", env={"HCCL_EXEC_TIMEOUT": "700"}),
+    ResolveRequest("atlas-a2", {"graph_run_mode": 0, "enable_small_channel": 0}),
+    ResolveRequest("atlas-a2", {"op_debug_level": 1, "op_compiler_cache_mode": "enable"}),
+    ResolveRequest("atlas-a2", {"enable_exception_dump": 0}, env={"NPU_COLLECT_PATH": "/c"}),
+    ResolveRequest("atlas-a2", {"precision_mode": "force_fp32"}),
+]
+
+
+def test_every_fragment_a_slot_carries_is_its_own_where_rules_rewrite_values() -> None:
+    for request in REWRITTEN:
+        check_fragments(request)
+
+
+@FAST
+@given(resolve_requests | valid_requests)
+def test_every_fragment_a_slot_carries_is_its_own(request: ResolveRequest) -> None:
+    check_fragments(request)
+
+
+def test_a_kept_plain_slot_is_never_one_of_another_type() -> None:
+    views = CATALOG.view("atlas-a2", Mode.TRAINING)
+    for name, value in (("hccl_timeout", 600), ("hcom_parallel", True), ("jit_compile", "auto")):
+        first = _plain_slot(views[name], name, value)
+        assert _plain_slot(views[name], name, value) is first
+        assert type(first.value) is type(value) and first.fragment == fragment(name, value)
+    anything = views["graph_memory_max_size"]
+    one, true = _plain_slot(anything, "x", 1), _plain_slot(anything, "x", True)
+    assert one.value is not True and true.value is True and one.fragment is None

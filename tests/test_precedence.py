@@ -238,4 +238,5 @@ def test_slot_fields_are_in_the_order_the_plain_value_path_writes_them() -> None
         "detail",
         "all_products",
         "prov",
+        "fragment",
     )

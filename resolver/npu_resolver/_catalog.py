@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source, is_text
 from ._options import OPTIONS
@@ -17,6 +17,9 @@ from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
 from ._schema import Default, Mode, Option, OptType, Range, ValueGate
 from ._values import unfit
+
+if TYPE_CHECKING:
+    from ._state import Slot
 
 
 class CatalogError(ValueError):
@@ -55,6 +58,9 @@ class OptionView:
 
     accepts: Callable[[JSON], bool]
     """accepts_as_is, with only the checks this view needs (built by `_acceptor`)."""
+    user_slots: dict[JSON, Slot]
+    """The slots of plain values callers set, by value, built once each (by precedence): the
+    same few values recur. Values of `pytype` only, so 1 and True never share one."""
 
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
@@ -182,6 +188,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         flagged=option.experimental or option.deprecated,
         free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
         accepts=_acceptor(option, rng),
+        user_slots={},
     )
 
 

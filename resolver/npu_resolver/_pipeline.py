@@ -177,7 +177,6 @@ class _Base:
     order: Mapping[str, int]
     sorted_names: tuple[str, ...]
     """The default slots' names in code-point order, as the fingerprint hashes them."""
-    fragments: Mapping[str, str]
     final: Mapping[str, Slot]
     final_provenance: Mapping[str, Provenance]
     options: Mapping[str, JSON]
@@ -204,7 +203,7 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         if view.range is not None and view.range.rule != default.rule:
             rules += (view.range.rule,)
         slot = Slot(default.value, view.default_source, rules)
-        slots[name] = slot.changed(prov=_provenance(slot))
+        slots[name] = slot.changed(prov=_provenance(slot), fragment=fragment(name, slot.value))
     # The default-stage rules (R-PREC-1: one precision default) act on untouched defaults the
     # same way every time; applying them here keeps a plain request equal to its base.
     untouched = State(pid, mode, catalog.view(pid, mode), {}, False, "", slots=slots)
@@ -222,7 +221,6 @@ def _base(catalog: Catalog, pid: str, mode: Mode) -> _Base:
         undocumented=undocumented,
         order={name: i for i, name in enumerate(catalog.by_name)},
         sorted_names=tuple(sorted(slots)),
-        fragments=fragments,
         final=final,
         final_provenance={name: _provenance(slot) for name, slot in final.items()},
         options={name: slot.value for name, slot in final.items()},
@@ -400,19 +398,16 @@ def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) ->
         paths=effective_paths(state),
         catalog_version=catalog.version,
         policy_version=policy_version,
-        fingerprint=_fast_fingerprint(state, base, options),
+        fingerprint=_fast_fingerprint(state, base),
     )
 
 
-def _fast_fingerprint(state: State, base: _Base, options: Mapping[str, JSON]) -> str:
-    """fingerprint(), reusing the defaults' precomputed fragments and order where it can."""
-    shared, slots = base.slots, state.slots
-    names = base.sorted_names if slots.keys() == shared.keys() else sorted(options)
-    fragments = base.fragments
+def _fast_fingerprint(state: State, base: _Base) -> str:
+    """fingerprint() of the options, reusing the fragments slots carry (defaults and plain
+    values) and the defaults' order where it can."""
+    slots = state.slots
+    names = base.sorted_names if slots.keys() == base.slots.keys() else sorted(slots)
     return digest(
         state.pid,
-        [
-            fragments[name] if shared.get(name) is slots[name] else fragment(name, options[name])
-            for name in names
-        ],
+        [(slot := slots[name]).fragment or fragment(name, slot.value) for name in names],
     )

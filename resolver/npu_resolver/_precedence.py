@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._catalog import OptionView
+from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
-from ._model import JSON, Code, Source, unset
+from ._model import JSON, MAX_MEMO_TEXT, Code, Source, unset
 from ._schema import Mode, Option
 from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
@@ -247,6 +248,26 @@ def _slot(
     return None
 
 
+_MAX_USER_SLOTS: Final = 256
+"""Per option view: values beyond these are built each time (a slot is a few hundred bytes)."""
+
+
+def _plain_slot(view: OptionView, name: str, value: JSON) -> Slot:
+    """The slot of a caller's value taken as written, with its provenance and fingerprint
+    fragment; kept per view for the values that recur (see OptionView.user_slots)."""
+    kept = type(value) is view.pytype  # not an object or a pass-through value
+    if kept:
+        slot = view.user_slots.get(value)
+        if slot is not None:
+            return slot
+    fields = (value, Source.USER, view.user_rules, _UNSET, "", "", False, view.user_provenance)
+    slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
+    short = not isinstance(value, str) or len(value) <= MAX_MEMO_TEXT
+    if kept and short and len(view.user_slots) < _MAX_USER_SLOTS:
+        view.user_slots[value] = slot
+    return slot
+
+
 def apply_precedence(
     state: State,
     explicit: Mapping[str, tuple[JSON, JSON]],
@@ -269,13 +290,11 @@ def apply_precedence(
             # (fields by position: tests/test_precedence.py pins their order).
             value, raw = given
             view = views[name]
-            fields: tuple[object, ...]
             if value is raw or _same(value, raw):
-                fields = (value, user, view.user_rules, _UNSET, "", "", False, view.user_provenance)
+                slots[name] = _plain_slot(view, name, value)
             else:
                 rules = _rules(*view.user_rules, *_alias_rule(view.option, raw))
-                fields = (value, user, rules, raw, "", "", False, None)
-            slots[name] = new_slot(Slot, fields)
+                slots[name] = new_slot(Slot, (value, user, rules, raw, "", "", False, None, None))
             if undocumented:
                 undocumented.pop(name, None)
             continue

@@ -84,10 +84,15 @@ class Slot(NamedTuple):
     all_products: bool = False
     prov: Provenance | None = None
     """This slot's provenance when it is known in advance (shared defaults, plain values)."""
+    fragment: str | None = None
+    """Its fingerprint fragment when known in advance (shared defaults, plain values): the
+    option's name and `value` as `fingerprint.fragment` writes them."""
 
     def changed(self, **fields: Any) -> Slot:
-        """A copy with `fields` replaced; its provenance is derived again unless given."""
+        """A copy with `fields` replaced; its provenance and fragment are derived again unless
+        given."""
         fields.setdefault("prov", None)
+        fields.setdefault("fragment", None)
         return self._replace(**fields)
 
     def with_rule(self, rule: str) -> Slot:
