@@ -517,13 +517,15 @@ def fusion_size_static_only(state: State) -> None:
     if "input_fusion_size" not in state.slots:
         return  # (each rule that drops an option asks this first: it is mostly not set)
     dynamic = dynamic_shape(state)
+    if dynamic is None:
+        return
     _needs(
         state,
         "input_fusion_size",
         "R-IFS-2",
         f"input_fusion_size has no effect with {dynamic} true (static shapes only); "
         f"remove it or turn {dynamic} off.",
-        dynamic is None,
+        False,
         reads=_DYNAMIC_SHAPE,
     )
 
@@ -600,9 +602,10 @@ def aicore_num_with_prebuilt(state: State) -> None:
 
 def stream_sync_above_hccl(state: State) -> None:
     """R-SST-2: in a cluster stream_sync_timeout must exceed the HCCL timeout."""
-    sst, hccl = state.value("stream_sync_timeout"), state.value("hccl_timeout")
-    if not state.is_set("stream_sync_timeout") or not isinstance(sst, int) or sst <= 0:
+    slot = state.slots.get("stream_sync_timeout")
+    if slot is None or not slot.is_set or not isinstance(slot.value, int) or slot.value <= 0:
         return
+    sst, hccl = slot.value, state.value("hccl_timeout")
     if not isinstance(hccl, int):
         return
     if hccl == 0:
@@ -711,6 +714,8 @@ def cache_off_drops_dir(state: State) -> None:
 def cache_size_variables(state: State) -> None:
     """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
     operator compile cache is on (they mean nothing once it is off)."""
+    if CACHE_ENV_VARS.keys().isdisjoint(state.env):
+        return
     if state.value("op_compiler_cache_mode") in (None, "disable"):
         return
     for var, (least, greatest, expected) in CACHE_ENV_VARS.items():

@@ -119,13 +119,13 @@ def _read_config(
             f"and at most {MAX_CONFIG_KEYS} keys are read. Send only NPURunConfig options.",
         )
         return explicit
-    views = state.view
+    views, config = state.view, request.config
     try:
-        names = sorted(request.config)
+        names = sorted(config)
     except TypeError:  # keys that are not all strings: still a structured answer
-        names = sorted(request.config, key=key_text)
+        names = sorted(config, key=key_text)
     for name in names:
-        raw = request.config[name]
+        raw = config[name]
         view = views.get(name)
         if view is not None and view.accepts(raw):
             explicit[name] = (raw, raw)
