@@ -15,7 +15,7 @@ from typing import Final
 from ._model import Code, Source
 from ._options import CACHE_ENV_VARS
 from ._products import Family
-from ._schema import Mode, Option
+from ._schema import Mode
 from ._state import Slot, State
 from ._values import show
 
@@ -652,47 +652,41 @@ def debug_level_on_350(state: State) -> None:
         )
 
 
-def _warn_set_options(
-    state: State,
-    flagged: Callable[[Option], str | None],
-    code: Code,
-    text: str,
-    *,
-    given: bool = False,
-) -> None:
-    """One warning per option a caller or the policy set whose catalog entry is flagged; with
-    `given`, also for one the caller's config held that was dropped or refused since.
-
-    `flagged` gives the rule id to cite, or None when the option is not flagged.
-    """
+def _set_and_flagged(state: State, flag: str) -> list[str]:
+    """The options a caller, the environment or the policy set whose catalog entry has `flag`
+    (experimental, deprecated), in catalog order."""
     views = state.view
-    for name in [name for name in state.touched if views[name].flagged]:
-        rule = flagged(views[name].option)
-        if rule is None:
-            continue
-        if state.is_set(name) or (given and (name in state.given or name in state.refused)):
-            state.emit(code, name, rule, f"{name} {text}")
+    return [
+        name for name in state.touched if views[name].flagged and getattr(views[name].option, flag)
+    ]
 
 
 def experimental_warning(state: State) -> None:
-    """R-EXP-2: experimental options may change and are not for commercial products."""
-    _warn_set_options(
-        state,
-        lambda option: EXPERIMENTAL_RULE if option.experimental else None,
-        Code.EXPERIMENTAL,
-        "is experimental: it may change in later versions and is not for commercial products.",
-        given=True,  # R-EXP-2: "each one a caller sets", whether or not it acts here
-    )
+    """R-EXP-2: experimental options may change and are not for commercial products. One
+    warning for each one a caller sets, whether or not it acts here: also for one the caller's
+    config held that was dropped or refused since."""
+    for name in _set_and_flagged(state, "experimental"):
+        if state.is_set(name) or name in state.given or name in state.refused:
+            state.emit(
+                Code.EXPERIMENTAL,
+                name,
+                EXPERIMENTAL_RULE,
+                f"{name} is experimental: it may change in later versions and is not for "
+                "commercial products.",
+            )
 
 
 def deprecated_warning(state: State) -> None:
     """The 'to be removed' options still apply, with a warning when a caller sets them."""
-    _warn_set_options(
-        state,
-        lambda option: option.rule if option.deprecated else None,
-        Code.DEPRECATED,
-        "will be removed in a later version; it still applies now, plan to stop using it.",
-    )
+    for name in _set_and_flagged(state, "deprecated"):
+        if state.is_set(name):
+            state.emit(
+                Code.DEPRECATED,
+                name,
+                state.view[name].option.rule,
+                f"{name} will be removed in a later version; it still applies now, plan to "
+                "stop using it.",
+            )
 
 
 def cache_off_drops_dir(state: State) -> None:

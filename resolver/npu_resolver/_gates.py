@@ -53,9 +53,10 @@ def apply_gates(state: State) -> None:
     gates judge nothing (the answer is not ok anyway), as no rule judges from a refused value."""
     # (A lock or a policy default that decided the mode all the same leaves it known.)
     mode_unknown = "graph_run_mode" in state.refused and "graph_run_mode" not in state.slots
+    views, slots = state.view, state.slots  # a drop pops from this same dict
     for name in state.touched:
-        view = state.view[name]
-        if view.plain_gate or name not in state.slots:
+        view = views[name]
+        if view.plain_gate or name not in slots:
             continue  # acts here and every value is supported: nothing to check
         gate = option_gate(state, view)
         if gate is not None:

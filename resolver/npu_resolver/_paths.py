@@ -54,11 +54,8 @@ def effective_paths(state: State) -> dict[str, str]:
     slots, env = state.slots, state.env
     key = (
         state.workdir,
-        *(env.get(name) for name in PATH_ENV_VARS),
-        *(
-            slot.value if (slot := slots.get(name)) is not None else _ABSENT
-            for name in PATH_OPTIONS
-        ),
+        *map(env.get, PATH_ENV_VARS),
+        *[_ABSENT if slot is None else slot.value for slot in map(slots.get, PATH_OPTIONS)],
     )
     try:
         known = _MEMO.get(key)
