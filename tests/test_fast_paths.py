@@ -7,12 +7,13 @@ from collections import OrderedDict
 from typing import Any
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npu_resolver import CATALOG, PRODUCTS, ResolveRequest, _pipeline, fingerprint, resolve
 from npu_resolver._catalog import OptionView
-from npu_resolver._fingerprint import fragment
+from npu_resolver._fingerprint import canonical_json, fragment
 from npu_resolver._model import (
     MAX_EXACT_INT,
     Code,
@@ -184,3 +185,26 @@ def test_a_kept_plain_slot_is_never_one_of_another_type() -> None:
     anything = views["graph_memory_max_size"]
     one, true = _plain_slot(anything, "x", 1), _plain_slot(anything, "x", True)
     assert one.value is not True and true.value is True and one.fragment is None
+
+
+class _Text(str):
+    pass
+
+
+@FAST
+@given(json_values)
+def test_a_fragment_is_the_canonical_json_of_its_value(value: Any) -> None:
+    assert fragment("o", value) == f"{canonical_json('o')}:{canonical_json(value)}"
+
+
+def test_fragments_of_objects_lists_and_odd_values_are_canonical_json() -> None:
+    values: list[Any] = [{}, [], {"b": [1, 2.5, None], "a": {"x": "é\u2028"}}, (1, 2)]
+    values += [[float("nan"), float("inf"), -0.0, 10**20], OrderedDict(b=1, a=2), _Text("t")]
+    for value in values:
+        assert fragment("o", value) == f'"o":{canonical_json(value)}', value
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        fragment("o", cycle)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        fragment("o", {"a": object()})

@@ -13,17 +13,46 @@ from ._model import JSON, MAX_MEMO_TEXT
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-canonical_json: Final = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False
-).encode
+_ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+canonical_json: Final = _ENCODER.encode
 """One encoder for every fragment: json.dumps with options builds a new one per call."""
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode_value: Final = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None,  # no check for cycles (see _value_text)
+        _ENCODER.default,
+        json.encoder.encode_basestring,
+        None,
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        True,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+)
+"""What canonical_json() runs for an object or list, built once: encode() builds it (and a
+float formatter) on every call, most of the cost of encoding a small object."""
+
+
+def _value_text(value: JSON) -> str:
+    """canonical_json(value) for an object or list value. A value that holds itself (never one
+    the resolver took: each is walked to a bounded depth first) recurses to the limit here and
+    is then encoded by canonical_json, which says so as it always did."""
+    if _encode_value is None:  # a Python without json's C accelerator
+        return canonical_json(value)
+    try:
+        return "".join(_encode_value(value, 0))
+    except RecursionError:
+        return canonical_json(value)
 
 
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
     if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
-        return f"{canonical_json(name)}:{canonical_json(value)}"
+        return f"{canonical_json(name)}:{_value_text(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:

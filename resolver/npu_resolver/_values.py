@@ -199,7 +199,8 @@ def config_refusal(shape: str) -> str:
 
 _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
 _FLAT: Final = frozenset({str, int, bool, float, type(None)})
-"""Types whose values hold no others (exactly these: a subclass may be a container)."""
+"""Types whose values hold no others (exactly these: a subclass may be a container). Asked
+before isinstance(), which is several times slower on a value that is neither."""
 
 
 def config_shape(
@@ -217,7 +218,7 @@ def config_shape(
         return f"more than {max_items} keys and items in all"
     if _FLAT.issuperset(map(type, config.values())):
         return None  # no value holds others: one pass in C
-    level = [value for value in config.values() if isinstance(value, _CONTAINERS)]
+    level = [v for v in config.values() if type(v) not in _FLAT and isinstance(v, _CONTAINERS)]
     depth = 2
     while level:
         if depth > max_depth:
@@ -228,7 +229,7 @@ def config_shape(
             following.extend(item.values() if isinstance(item, dict) else item)
         if items > max_items:
             return f"more than {max_items} keys and items in all"
-        level = [child for child in following if isinstance(child, _CONTAINERS)]
+        level = [c for c in following if type(c) not in _FLAT and isinstance(c, _CONTAINERS)]
         depth += 1
     return None
 
