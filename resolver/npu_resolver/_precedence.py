@@ -291,7 +291,8 @@ def apply_precedence(
             value, raw = given
             view = views[name]
             if value is raw or _same(value, raw):
-                slots[name] = _plain_slot(view, name, value)
+                kept = view.user_slots.get(value) if type(value) is view.pytype else None
+                slots[name] = kept or _plain_slot(view, name, value)
             else:
                 rules = _rules(*view.user_rules, *_alias_rule(view.option, raw))
                 slots[name] = new_slot(Slot, (value, user, rules, raw, "", "", False, None, None))
