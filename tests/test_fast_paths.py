@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from npu_resolver import CATALOG, PRODUCTS, ResolveRequest, _pipeline, fingerprint, resolve
 from npu_resolver._catalog import OptionView
+from npu_resolver._environment import read_env
 from npu_resolver._fingerprint import canonical_json, fragment
 from npu_resolver._model import (
     MAX_EXACT_INT,
@@ -27,7 +28,7 @@ from npu_resolver._model import (
 from npu_resolver._precedence import _plain_slot
 from npu_resolver._schema import Mode, OptType
 from npu_resolver._state import State
-from npu_resolver._values import Parsed, config_shape, parse_in_full
+from npu_resolver._values import Parsed, Problem, config_shape, parse, parse_in_full
 from tests.test_properties import json_values, valid_requests
 from tests.test_properties import requests as resolve_requests
 
@@ -208,3 +209,29 @@ def test_fragments_of_objects_lists_and_odd_values_are_canonical_json() -> None:
         fragment("o", cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         fragment("o", {"a": object()})
+
+
+ENV_VARS = sorted(CATALOG.env_options)
+
+
+@FAST
+@given(
+    st.sampled_from([p.id for p in PRODUCTS]),
+    st.sampled_from(ENV_VARS),
+    st.sampled_from(["", "0", "1", " 600 ", "abc", "-1", "/w", "68"]) | st.text(max_size=8),
+)
+def test_an_environment_text_read_again_is_read_as_the_first_time(
+    product: str, var: str, text: str
+) -> None:
+    state = State(
+        product, Mode.TRAINING, CATALOG.view(product, Mode.TRAINING), {var: text}, False, ""
+    )
+    option = CATALOG.env_options[var]
+    fresh = parse(state.view[option.name], text.strip(), product=product, from_text=True)
+    expected = (
+        ({}, {option.name: (var, fresh)})
+        if isinstance(fresh, Problem)
+        else ({option.name: fresh.value}, {})
+    )
+    for _ in range(2):  # the second read finds the text kept
+        assert read_env(state, CATALOG) == expected

@@ -20,6 +20,7 @@ from ._values import unfit
 
 if TYPE_CHECKING:
     from ._state import Slot
+    from ._values import Parsed, Problem
 
 
 class CatalogError(ValueError):
@@ -61,6 +62,9 @@ class OptionView:
     user_slots: dict[JSON, Slot]
     """The slots of plain values callers set, by value, built once each (by precedence): the
     same few values recur. Values of `pytype` only, so 1 and True never share one."""
+    env_texts: dict[str, Parsed | Problem]
+    """What the text of the option's environment variable parses to, by text (by read_env):
+    a job's environment is much the same from one request to the next."""
 
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
@@ -189,6 +193,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
         accepts=_acceptor(option, rng),
         user_slots={},
+        env_texts={},
     )
 
 

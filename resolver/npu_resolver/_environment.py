@@ -4,12 +4,16 @@ a valid value (an error only where the variable would give the value)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, Code
+from ._model import JSON, MAX_MEMO_TEXT, Code
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse
+
+_MAX_ENV_TEXTS: Final = 64
+"""Per option view; texts beyond these are parsed each time."""
 
 
 def read_env(
@@ -23,7 +27,12 @@ def read_env(
         text = state.env.get(var)
         if text is None:
             continue
-        parsed = parse(state.view[option.name], text.strip(), product=state.pid, from_text=True)
+        view = state.view[option.name]
+        parsed = view.env_texts.get(text)
+        if parsed is None:
+            parsed = parse(view, text.strip(), product=state.pid, from_text=True)
+            if len(text) <= MAX_MEMO_TEXT and len(view.env_texts) < _MAX_ENV_TEXTS:
+                view.env_texts[text] = parsed
         if isinstance(parsed, Problem):
             invalid[option.name] = (var, parsed)
             continue

@@ -56,7 +56,8 @@ def _same(a: JSON, b: JSON) -> bool:
 
 
 def _rules(*rules: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(rules))
+    """The rule ids in order, each once (mostly they are all different already)."""
+    return rules if len(set(rules)) == len(rules) else tuple(dict.fromkeys(rules))
 
 
 def _alias_rule(option: Option, raw: JSON) -> tuple[str, ...]:
