@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from npu_resolver import CATALOG, PRODUCTS, ResolveRequest, _pipeline, fingerprint, resolve
 from npu_resolver._catalog import OptionView
-from npu_resolver._environment import read_env
+from npu_resolver._environment import _MAX_ENV_TEXTS, read_env
 from npu_resolver._fingerprint import canonical_json, fragment
 from npu_resolver._model import (
     MAX_EXACT_INT,
@@ -25,7 +25,7 @@ from npu_resolver._model import (
     is_text,
     resolution,
 )
-from npu_resolver._precedence import _plain_slot
+from npu_resolver._precedence import _MAX_USER_SLOTS, _plain_slot
 from npu_resolver._schema import Mode, OptType
 from npu_resolver._state import State
 from npu_resolver._values import Parsed, Problem, config_shape, parse, parse_in_full
@@ -237,3 +237,18 @@ def test_an_environment_text_read_again_is_read_as_the_first_time(
     )
     for _ in range(2):  # the second read finds the text kept
         assert read_env(state, CATALOG) == expected
+
+
+def test_kept_slots_and_texts_stay_bounded_however_many_values_come() -> None:
+    view = CATALOG.view("atlas-300i-duo", Mode.TRAINING)["hccl_timeout"]
+    for value in range(1000, 1100):
+        resolve(ResolveRequest("atlas-300i-duo", {"hccl_timeout": value}))
+    long_path = "/" + "x" * 300
+    resolve(ResolveRequest("atlas-300i-duo", {"debug_dir": long_path}))
+    assert len(view.user_slots) <= _MAX_USER_SLOTS
+    debug_dir = CATALOG.view("atlas-300i-duo", Mode.TRAINING)["debug_dir"]
+    assert long_path not in debug_dir.user_slots
+    device = CATALOG.view("atlas-300i-duo", Mode.TRAINING)["session_device_id"]
+    for number in range(100):
+        resolve(ResolveRequest("atlas-300i-duo", env={"ASCEND_DEVICE_ID": str(number)}))
+    assert len(device.env_texts) <= _MAX_ENV_TEXTS

@@ -61,7 +61,8 @@ class OptionView:
     """accepts_as_is, with only the checks this view needs (built by `_acceptor`)."""
     user_slots: dict[JSON, Slot]
     """The slots of plain values callers set, by value, built once each (by precedence): the
-    same few values recur. Values of `pytype` only, so 1 and True never share one."""
+    same few values recur. Values of `pytype` only, so 1 and True never share one; bounded
+    (see _precedence._MAX_USER_SLOTS)."""
     env_texts: dict[str, Parsed | Problem]
     """What the text of the option's environment variable parses to, by text (by read_env):
     a job's environment is much the same from one request to the next."""

@@ -12,8 +12,8 @@ from ._model import JSON, MAX_MEMO_TEXT, Code
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse
 
-_MAX_ENV_TEXTS: Final = 64
-"""Per option view; texts beyond these are parsed each time."""
+_MAX_ENV_TEXTS: Final = 32
+"""Per option view (of the few with a variable); texts beyond these are parsed each time."""
 
 
 def read_env(

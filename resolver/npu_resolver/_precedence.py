@@ -12,7 +12,7 @@ from typing import Final
 from ._catalog import OptionView
 from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
-from ._model import JSON, MAX_MEMO_TEXT, Code, Source, unset
+from ._model import JSON, Code, Source, unset
 from ._schema import Mode, Option
 from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
@@ -249,8 +249,11 @@ def _slot(
     return None
 
 
-_MAX_USER_SLOTS: Final = 256
-"""Per option view: values beyond these are built each time (a slot is a few hundred bytes)."""
+_MAX_USER_SLOTS: Final = 32
+_MAX_KEPT_TEXT: Final = 256
+"""Per option view, at most 32 values are kept, text only up to 256 characters: with 620
+views (5 products, 2 modes, 62 options) that bounds them at some 15 MiB however many
+distinct values callers send; the values that recur are few and short."""
 
 
 def _plain_slot(view: OptionView, name: str, value: JSON) -> Slot:
@@ -263,7 +266,7 @@ def _plain_slot(view: OptionView, name: str, value: JSON) -> Slot:
             return slot
     fields = (value, Source.USER, view.user_rules, _UNSET, "", "", False, view.user_provenance)
     slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
-    short = not isinstance(value, str) or len(value) <= MAX_MEMO_TEXT
+    short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
     if kept and short and len(view.user_slots) < _MAX_USER_SLOTS:
         view.user_slots[value] = slot
     return slot
