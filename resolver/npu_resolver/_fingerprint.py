@@ -53,6 +53,8 @@ def fragment(name: str, value: JSON) -> str:
     kind = type(value)
     if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
         return f"{canonical_json(name)}:{_value_text(value)}"
+    if kind is float:  # 0.0 == -0.0 (and nan != nan) would share or miss entries: not kept
+        return f"{canonical_json(name)}:{canonical_json(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:

@@ -260,8 +260,10 @@ def _provenance(slot: Slot) -> Provenance:
         cached, key = None, ()
     if cached is None:
         cached = Provenance(slot.source, slot.rules, slot.requested, slot.env_var, slot.detail)
-        short = not isinstance(slot.requested, str) or len(slot.requested) <= MAX_MEMO_TEXT
-        if key and short and len(_PROVENANCE) < _MAX_PROVENANCE:
+        requested = slot.requested
+        # Text within bounds; no float, as 0.0 == -0.0 would share one record.
+        short = not isinstance(requested, str) or len(requested) <= MAX_MEMO_TEXT
+        if key and short and type(requested) is not float and len(_PROVENANCE) < _MAX_PROVENANCE:
             _PROVENANCE[key] = cached
     return cached
 
