@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from npu_resolver import ResolveRequest
-from npu_resolver_client import AsyncResolverClient, ResolverClient
+from npu_resolver_client import AsyncResolverClient, ResolverClient, ResolverClientError
 from npu_resolver_server import HEALTH_SERVICE
 from tests._server import ProcessServer, free_port
 
@@ -223,6 +223,77 @@ def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> Non
             if line.startswith("npu_resolver_policy_reload_failures_total ")
         )
         assert float(failures.rsplit(" ", 1)[1]) == len(answered), answered
+
+
+def _slow_policy(hccl_timeout: int, profiles: int = 4000) -> str:
+    """A policy whose load takes a few hundred milliseconds (every profile locks a value)."""
+    lines = ["[profiles.default.defaults]", f"hccl_timeout = {hccl_timeout}"]
+    for i in range(profiles):
+        lines += [f"[profiles.team{i}.locked]", f"hccl_timeout = {1000 + i}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_reload_policy_under_workers_answers_once_every_worker_has_read_the_file(
+    tmp_path: Path,
+) -> None:
+    """The call's reply means the policy is in force: the caller's next requests meet it
+    whichever worker takes them, even while a large file takes the other worker a while."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(_slow_policy(3600))
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}  # only the call can tell them
+    with ProcessServer(["--workers", "2", "--policy", str(policy)], env=env) as server:
+        server.wait_for("serving", 2, timeout=60)
+        staged = tmp_path / "staged.toml"
+        staged.write_text(_slow_policy(7200))
+        staged.replace(policy)
+        with ResolverClient(server.target, timeout=30) as client:
+            result = client.reload_policy()
+        assert result.changed and not result.error
+        answers: list[tuple[str, str, object]] = []
+        deadline = time.monotonic() + 20
+        while len({pid for pid, _, _ in answers}) < 2 and time.monotonic() < deadline:
+            with ResolverClient(server.target) as client:  # a new connection: any worker
+                answer = client.resolve("atlas-a2")
+                answers.append(
+                    (client.last_server_pid, answer.policy_version, answer.options["hccl_timeout"])
+                )
+        assert len({pid for pid, _, _ in answers}) == 2, answers
+        assert {(version, value) for _, version, value in answers} == {(result.version, 7200)}
+        assert not server.events("reload_not_confirmed")
+
+
+def test_reload_policy_replies_within_its_deadline_while_a_worker_cannot_read_the_file(
+    tmp_path: Path,
+) -> None:
+    """A worker that never catches up (stopped here) delays the reply until just before the
+    call's deadline, never fails it, and is named in the log."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n")
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}
+    with ProcessServer(["--workers", "2", "--policy", str(policy)], env=env) as server:
+        running, stopped = (int(e["pid"]) for e in server.wait_for("serving", 2))
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            policy.write_text("[profiles.default.defaults]\nhccl_timeout = 7200\n")
+            result = None
+            deadline = time.monotonic() + 60
+            while result is None and time.monotonic() < deadline:
+                with ResolverClient(server.target, timeout=1) as client:  # any worker
+                    try:
+                        client.resolve("atlas-a2")
+                    except ResolverClientError:
+                        continue  # the stopped worker took the connection
+                    assert client.last_server_pid == str(running)
+                    started = time.monotonic()
+                    result = client.reload_policy(timeout=3)
+                    waited = time.monotonic() - started
+            assert result is not None and result.changed and not result.error
+            assert 2 <= waited < 3
+            late = server.wait_for("reload_not_confirmed")
+            assert late[0]["worker_pids"] == [stopped]
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        server.wait_for("policy_reloaded", 2)  # the stopped worker reads it once resumed
 
 
 def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +29,7 @@ from ._auth import TokenInterceptor, read_token
 from ._cache import AnswerCache
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
+from ._reload_marks import WAIT_S, ReloadMarks, now_ns
 from ._servicer import SERVICE, Limits, ResolverService
 from .settings import HEALTH_SERVICE, ServerSettings
 
@@ -223,8 +224,10 @@ def create_server(
     *,
     store: PolicyStore | None = None,
     metrics: Metrics | None = None,
+    marks: ReloadMarks | None = None,
 ) -> ResolverServer:
-    """Build (not start) a server. Loads the policy unless a store is given (PolicyError)."""
+    """Build (not start) a server. Loads the policy unless a store is given (PolicyError).
+    `marks`: under --workers, where the workers say when they last read the policy file."""
     if store is None:
         store = PolicyStore(settings.policy)
         store.load_initial()
@@ -249,8 +252,8 @@ def create_server(
             settings.max_struct_depth, settings.max_struct_keys, settings.max_message_bytes
         ),
         # Under --workers, one worker answers the call: the supervisor's SIGHUP has every
-        # worker read the file, as a SIGHUP sent by hand does.
-        after_reload=_reload_every_worker if settings.workers > 1 else None,
+        # worker read the file, as a SIGHUP sent by hand does, and the reply waits for them.
+        after_reload=_reload_every_worker(marks) if settings.workers > 1 else None,
     )
     interceptors = []
     if settings.admin_token_file is not None:
@@ -289,9 +292,36 @@ def create_server(
     return resolver_server
 
 
-def _reload_every_worker() -> None:
-    with contextlib.suppress(OSError):
-        os.kill(os.getppid(), signal.SIGHUP)
+def _reload_every_worker(
+    marks: ReloadMarks | None,
+) -> Callable[[float | None], Awaitable[None]]:
+    """After a ReloadPolicy call read the file: have the supervisor signal every worker, and
+    return once each has read the file too, so that the caller's next request meets the new
+    policy whichever worker takes it. The wait is bounded, and ends before the call's deadline
+    (`remaining_s`), so that a worker that never catches up delays the reply but never fails it.
+    """
+
+    async def reload_the_others(remaining_s: float | None) -> None:
+        since = now_ns()
+        with contextlib.suppress(OSError):
+            os.kill(os.getppid(), signal.SIGHUP)
+        if marks is None:
+            return
+        wait_s = WAIT_S if remaining_s is None else max(0.0, min(WAIT_S, remaining_s - 0.5))
+        late = await marks.behind(since, wait_s)
+        if late:
+            log.warning(
+                "ReloadPolicy answered before every worker re-read the policy file",
+                extra={
+                    "fields": {
+                        "event": "reload_not_confirmed",
+                        "worker_pids": late,
+                        "waited_seconds": round(wait_s, 3),
+                    }
+                },
+            )
+
+    return reload_the_others
 
 
 SUPERVISOR_POLL_S: Final = 1.0
@@ -303,11 +333,13 @@ async def serve(
     worker: int = 0,
     metrics: Metrics | None = None,
     parent: int | None = None,
+    marks: ReloadMarks | None = None,
 ) -> int:
     """Run one worker until SIGTERM/SIGINT, or until its supervisor (`parent`) is gone, then
     drain. Returns the exit status."""
+    started = now_ns()
     try:
-        built = create_server(settings, metrics=metrics)
+        built = create_server(settings, metrics=metrics, marks=marks)
     except Exception as exc:  # bad policy, unreadable certificate, port taken
         _start_failed(str(exc), worker)
         return 2
@@ -340,9 +372,15 @@ async def serve(
     reloads: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
     def on_hup() -> None:
+        began = now_ns()
         task = loop.create_task(built.store.reload_async())
         reloads.add(task)
         task.add_done_callback(reloads.discard)
+        if marks is not None:
+            task.add_done_callback(lambda _: marks.record(began))
+
+    if marks is not None:
+        marks.record(started)  # a worker (re)started since a reload has read the file anew
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     await built.start()
@@ -400,6 +438,7 @@ def run_worker(
     worker: int = 0,
     serve_metrics: bool = True,
     parent: int | None = None,
+    marks_folder: Path | None = None,
 ) -> int:
     """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
     pid, for a worker of --workers (it stops when the supervisor is gone)."""
@@ -419,7 +458,8 @@ def run_worker(
             except OSError as exc:  # the port is taken: a start failure like the gRPC port's
                 _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
                 return 2
-    return asyncio.run(serve(settings, worker=worker, metrics=metrics, parent=parent))
+    marks = ReloadMarks(marks_folder) if marks_folder is not None else None
+    return asyncio.run(serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks))
 
 
 def _start_failed(error: str, worker: int) -> None:

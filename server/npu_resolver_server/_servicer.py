@@ -252,7 +252,7 @@ class ResolverService:
         cache: AnswerCache | None = None,
         metrics: Metrics | None = None,
         limits: Limits = Limits(),
-        after_reload: Callable[[], None] | None = None,
+        after_reload: Callable[[float | None], Awaitable[None]] | None = None,
     ) -> None:
         """`after_reload`: called after a ReloadPolicy call read the file (to reach the
         other workers of a --workers server)."""
@@ -593,7 +593,7 @@ class ResolverService:
             )
         outcome = await self.store.reload_async()
         if self.after_reload is not None and not outcome.error:
-            self.after_reload()
+            await self.after_reload(context.time_remaining())  # the reply is due by then
         if outcome.error and self.metrics is not None:
             self.metrics.call_reload_failed()
         response = pb.ReloadPolicyResponse(

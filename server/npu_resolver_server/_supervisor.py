@@ -2,7 +2,8 @@
 
 This module never imports grpc. The parent forks the workers, forwards SIGTERM, SIGINT and
 SIGHUP to them, restarts a worker that dies unexpectedly (with a backoff, and gives up when
-they keep dying), serves the aggregated metrics when --metrics-port is set, and exits 0 when
+they keep dying), serves the aggregated metrics when --metrics-port is set, keeps the folder in
+which workers mark when they last read the policy file (see _reload_marks), and exits 0 when
 every worker has drained cleanly after a stop signal.
 
 A worker that cannot start at all stops the server, but only at the server's own start. A
@@ -24,9 +25,11 @@ import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from ._reload_marks import forget
 from .settings import ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -46,7 +49,7 @@ def _say(event: str, **fields: object) -> None:
     print(json.dumps(line, default=str), file=sys.stderr, flush=True)
 
 
-def _child(settings: ServerSettings, worker: int, parent: int) -> None:
+def _child(settings: ServerSettings, worker: int, parent: int, marks: Path) -> None:
     """In the forked child: run one worker and never return into the parent's code. `parent`
     is the supervisor's pid as read before the fork (read after it, a supervisor already gone
     would go unnoticed)."""
@@ -56,7 +59,9 @@ def _child(settings: ServerSettings, worker: int, parent: int) -> None:
             signal.signal(signum, signal.SIG_DFL)
         from ._app import run_worker
 
-        code = run_worker(settings, worker=worker, serve_metrics=False, parent=parent)
+        code = run_worker(
+            settings, worker=worker, serve_metrics=False, parent=parent, marks_folder=marks
+        )
     except BaseException as exc:
         print(f"worker {worker} failed: {exc!r}", file=sys.stderr, flush=True)
     finally:
@@ -101,8 +106,10 @@ def _taken_for_a_while(host: str, port: int) -> OSError | None:
 
 
 class Supervisor:
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, marks: Path) -> None:
+        """`marks`: the folder where workers say when they last read the policy file."""
         self.settings = settings
+        self.marks = marks
         self.children: dict[int, int] = {}  # pid -> worker index
         self.stopping = False
         self.exit_code = 0
@@ -116,7 +123,7 @@ class Supervisor:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(self.settings, worker, parent)
+            _child(self.settings, worker, parent, self.marks)
         self.children[pid] = worker
         _say("worker_started", worker=worker, worker_pid=pid)
 
@@ -141,6 +148,7 @@ class Supervisor:
             from ._metrics import mark_dead
 
             mark_dead(pid)
+            forget(self.marks, pid)
             _say("worker_exited", worker=worker, worker_pid=pid, code=code)
             if self.stopping:
                 if code != 0 and self.exit_code != START_FAILED:  # the first cause is said
@@ -219,8 +227,10 @@ def run_workers(settings: ServerSettings) -> int:
     if settings.metrics_port:
         multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
         os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
+    marks = Path(tempfile.mkdtemp(prefix="npu-resolver-workers-"))
     try:
-        return Supervisor(settings).run()
+        return Supervisor(settings, marks).run()
     finally:
+        shutil.rmtree(marks, ignore_errors=True)
         if multiproc_dir is not None:
             shutil.rmtree(multiproc_dir, ignore_errors=True)

@@ -1,0 +1,91 @@
+"""Under --workers, when each worker last re-read the policy file, so that a ReloadPolicy call
+is answered only once every worker has read the file, not just the one that took the call.
+
+Each worker writes, in a folder its supervisor made, one file named by its pid that holds the
+monotonic time (system-wide on Linux) at which its latest finished reload began. The worker
+answering the call notes the time, has the supervisor signal every worker, and waits until each
+other live worker's mark is at least that time: a reload that began before the file changed
+cannot count. A refused file counts too: that worker read it and kept its last good policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Final
+
+WAIT_S: Final = 10.0
+"""How long a ReloadPolicy reply waits for the other workers; a large policy loads in seconds."""
+POLL_S: Final = 0.01
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else: not ours, but not gone
+        return True
+    return True
+
+
+class ReloadMarks:
+    """One worker's view of the folder of marks."""
+
+    def __init__(self, folder: Path, pid: int | None = None) -> None:
+        self.folder = folder
+        self.pid = os.getpid() if pid is None else pid
+        self._written = -1
+
+    def record(self, started_ns: int) -> None:
+        """This worker finished a reload that began at `started_ns` (an older one finishing
+        late never moves the mark back)."""
+        if started_ns <= self._written:
+            return
+        staged = self.folder / f".{self.pid}.tmp"
+        with contextlib.suppress(OSError):  # the folder is gone: the server is stopping
+            staged.write_text(str(started_ns))
+            staged.replace(self.folder / str(self.pid))
+            self._written = started_ns
+
+    def others(self) -> dict[int, int]:
+        """The other live workers' marks, by pid."""
+        marks: dict[int, int] = {}
+        try:
+            entries = list(self.folder.iterdir())
+        except OSError:
+            return marks
+        for entry in entries:
+            if not entry.name.isdigit() or int(entry.name) == self.pid:
+                continue
+            try:
+                mark = int(entry.read_text())
+            except (OSError, ValueError):  # gone since, or being replaced: read next time
+                mark = -1
+            pid = int(entry.name)
+            if _alive(pid):
+                marks[pid] = mark
+        return marks
+
+    async def behind(self, since_ns: int, timeout_s: float = WAIT_S) -> list[int]:
+        """Wait until every other live worker has finished a reload begun at `since_ns` or
+        later; the pids of those still behind when `timeout_s` runs out (none: all caught up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            late = sorted(pid for pid, mark in self.others().items() if mark < since_ns)
+            if not late or time.monotonic() >= deadline:
+                return late
+            await asyncio.sleep(POLL_S)
+
+
+def forget(folder: Path, pid: int) -> None:
+    """A worker exited: its mark goes (the supervisor's part; a new pid may reuse the name)."""
+    with contextlib.suppress(OSError):
+        (folder / str(pid)).unlink()

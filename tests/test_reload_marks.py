@@ -1,0 +1,77 @@
+"""Under --workers, a ReloadPolicy reply waits until every other live worker has read the file
+since the call: the marks each worker leaves, and the wait on them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from npu_resolver_server._reload_marks import ReloadMarks, forget, now_ns
+
+OTHER = os.getppid()
+"""A live process that is not this one, standing for another worker."""
+
+
+def test_each_worker_sees_the_other_live_workers_marks_but_not_its_own(tmp_path: Path) -> None:
+    me, other = ReloadMarks(tmp_path), ReloadMarks(tmp_path, pid=OTHER)
+    me.record(5)
+    other.record(7)
+    assert me.others() == {OTHER: 7}
+    assert other.others() == {os.getpid(): 5}
+
+
+def test_a_mark_never_moves_back_when_an_older_reload_finishes_late(tmp_path: Path) -> None:
+    other = ReloadMarks(tmp_path, pid=OTHER)
+    other.record(20)
+    other.record(10)
+    assert ReloadMarks(tmp_path).others() == {OTHER: 20}
+
+
+def test_a_worker_that_exited_is_not_waited_for(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    ReloadMarks(tmp_path, pid=int(gone.stdout)).record(1)
+    assert ReloadMarks(tmp_path).others() == {}
+    ReloadMarks(tmp_path, pid=OTHER).record(1)
+    forget(tmp_path, OTHER)  # what the supervisor does when it reaps a worker
+    assert ReloadMarks(tmp_path).others() == {}
+
+
+def test_the_wait_ends_once_the_other_worker_has_read_the_file_since_the_call(
+    tmp_path: Path,
+) -> None:
+    me, other = ReloadMarks(tmp_path), ReloadMarks(tmp_path, pid=OTHER)
+    other.record(now_ns())  # read before the call: does not count
+
+    async def call() -> tuple[list[int], int]:
+        since = now_ns()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, other.record, now_ns())  # its reload, begun after the call
+        late = await me.behind(since, timeout_s=5)
+        return late, ReloadMarks(tmp_path).others()[OTHER] - since
+
+    late, ahead = asyncio.run(call())
+    assert late == [] and ahead >= 0
+
+
+def test_a_worker_still_behind_when_the_wait_runs_out_is_named(tmp_path: Path) -> None:
+    me, other = ReloadMarks(tmp_path), ReloadMarks(tmp_path, pid=OTHER)
+    other.record(now_ns())
+    since = now_ns()
+    assert asyncio.run(me.behind(since, timeout_s=0.05)) == [OTHER]
+
+
+def test_a_missing_folder_means_no_other_worker_and_recording_there_is_harmless(
+    tmp_path: Path,
+) -> None:
+    marks = ReloadMarks(tmp_path / "gone")
+    marks.record(1)
+    assert marks.others() == {}
+    assert asyncio.run(marks.behind(now_ns(), timeout_s=1)) == []
