@@ -201,6 +201,29 @@ def test_a_profile_named_like_an_option_is_no_clash() -> None:
     assert policy.profile_names() == ("deterministic",)
 
 
+def test_a_quoted_profile_name_holding_a_bracket_and_an_option_is_no_clash() -> None:
+    """The table path a message quotes is cut out whole, quotes and all: a `]` inside a
+    profile's quoted name does not leave `deterministic` behind in the message."""
+    policy = parse_policy(
+        "[profiles.\"x] deterministic\".locked]\ndeterministic = 1\nprecision_mode = 'force_fp16'\n"
+    )
+    assert policy.profile_names() == ("x] deterministic",)
+
+
+def test_a_profile_name_with_a_dot_is_quoted_where_its_table_is_named() -> None:
+    """[profiles."team.a".locked] is one profile's table; written bare it would read as a
+    table three levels down."""
+    policy = parse_policy('[profiles."team.a".locked]\nhccl_timeout = 1800\n')
+    answer = resolve(ResolveRequest("atlas-a2", profile="team.a"), policy=policy)
+    assert answer.provenance["hccl_timeout"].detail == 'locked from [profiles."team.a".locked]'
+    with pytest.raises(PolicyError) as refused_:
+        parse_policy(
+            '[profiles."team.a"]\nlockd = {}\n[profiles.plain.products."atlas a2"]\nx = 1\n'
+        )
+    assert '[profiles."team.a"] lockd: unknown key' in str(refused_.value)
+    assert '[profiles.plain.products."atlas a2"] x: unknown key' in str(refused_.value)
+
+
 def test_many_profiles_with_the_same_clashing_locks_are_named_briefly() -> None:
     tables = "".join(
         f"[profiles.p{i:02}.locked]\nvariable_placement = 'Host'\nmix_compile_mode = false\n"

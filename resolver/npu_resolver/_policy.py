@@ -40,6 +40,15 @@ MAX_POLICY_BYTES: Final = 1024 * 1024
 DEEP_NESTING: Final = 100
 """Levels of arrays or inline tables from which a value is named as the culprit when the
 parser runs out of recursion depth."""
+_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_key(key: str) -> str:
+    """One part of a table path as TOML writes it: bare when it can be, else quoted, so that
+    a profile named "team.a" reads [profiles."team.a".locked], not a table three levels down."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
@@ -203,37 +212,38 @@ def _read_tables(
         return {}, [*problems, "'profiles' must be a table"]
     profiles: dict[str, _Profile] = {}
     for name, body in profiles_raw.items():
+        at = f"profiles.{toml_key(name)}"
         if not name:  # no request can name it: an empty profile means "default"
             problems.append(
-                f"[profiles.{name!r}] a profile needs a name; a request without one gets "
+                f"[{at}] a profile needs a name; a request without one gets "
                 f'"{DEFAULT_PROFILE}", so put these values under [profiles.{DEFAULT_PROFILE}]'
             )
             continue
         if not isinstance(body, dict):
-            problems.append(f"[profiles.{name}] must be a table")
+            problems.append(f"[{at}] must be a table")
             continue
         tables: dict[tuple[str | None, str], _Table] = {}
-        scopes: list[tuple[str | None, str, Any]] = [(None, f"profiles.{name}", body)]
+        scopes: list[tuple[str | None, str, Any]] = [(None, at, body)]
         for key in set(body) - {*KINDS, "products"}:
-            problems.append(f"[profiles.{name}] {key}: unknown key; use defaults, locked, products")
+            problems.append(f"[{at}] {key}: unknown key; use defaults, locked, products")
         products = body.get("products", {})
         if not isinstance(products, dict):
-            problems.append(f"[profiles.{name}.products] must be a table")
+            problems.append(f"[{at}.products] must be a table")
             products = {}
         for alias, pbody in products.items():
             pid = product_id(alias)
             if pid is None:
                 problems.append(
-                    f"[profiles.{name}.products] {alias}: unknown product; use one of "
+                    f"[{at}.products] {alias}: unknown product; use one of "
                     f"{', '.join(PRODUCT_IDS)}"
                 )
                 continue
             if not isinstance(pbody, dict):
-                problems.append(f"[profiles.{name}.products.{alias}] must be a table")
+                problems.append(f"[{at}.products.{toml_key(alias)}] must be a table")
                 continue
             for key in set(pbody) - set(KINDS):
-                problems.append(f"[profiles.{name}.products.{alias}] {key}: unknown key")
-            scopes.append((pid, f"profiles.{name}.products.{alias}", pbody))
+                problems.append(f"[{at}.products.{toml_key(alias)}] {key}: unknown key")
+            scopes.append((pid, f"{at}.products.{toml_key(alias)}", pbody))
         for pid, path, scope_body in scopes:
             for kind in KINDS:
                 values = scope_body.get(kind)
@@ -347,7 +357,7 @@ def _mode_name(result: Resolution) -> str:
     return Mode.from_graph_run_mode(mode if isinstance(mode, int) else 1).prose
 
 
-_TABLE_PATH: Final = re.compile(r"\[profiles\.[^\]]*\]")
+_TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]|\\.)*"|[^\]"])*\]')
 """Where a policy value was written, as messages quote it: a profile's name is no option."""
 
 
@@ -427,7 +437,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
         profiles = sorted(said.profiles)
         if len(profiles) == len(everyone) > 1:
             line += ", for every profile"
-        elif not (len(profiles) == 1 and f"[profiles.{profiles[0]}." in detail):
+        elif not (len(profiles) == 1 and f"[profiles.{toml_key(profiles[0])}." in detail):
             line += f", for {_profiles(profiles)}"
         if len(said.products) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
