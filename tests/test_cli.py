@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from npu_resolver import MAX_OBJECT_DEPTH
+from npu_resolver import MAX_OBJECT_DEPTH, Source
+from npu_resolver._cli._render import columns
 
 CLI = [sys.executable, "-m", "npu_resolver._cli"]
 
@@ -610,6 +612,26 @@ def test_table_escapes_control_characters_from_the_caller() -> None:
     assert diff.returncode == 0 and "\x1b" not in diff.stdout
     raw = run("resolve", "--product", "atlas-a2", "--format", "json", "--workdir", "/w\x1b[2J")
     assert json.loads(raw.stdout)["paths"]["debug_dir"] == "/w\x1b[2J"  # json keeps the value
+
+
+def test_table_columns_stay_aligned_with_wide_characters_in_values() -> None:
+    """A Chinese path takes two terminal columns a character (the source allows Chinese
+    characters in paths): the source column still starts at one place on every row."""
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--set", "debug_dir=/数据/作业/第一",
+        "--set", "op_compiler_cache_dir=/缓存", "--workdir", "/w",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = lines[1]
+    start = columns(header[: header.index("source")])
+    rows = lines[2 : lines.index("")]
+    source = re.compile("  (?:" + "|".join(s.value for s in Source) + ") ")
+    for row in rows:
+        found = source.search(row)
+        assert found is not None, row
+        assert columns(row[: found.start() + 2]) == start, row
+    assert any("/数据/作业/第一" in row for row in rows)
 
 
 def test_a_byte_order_mark_before_the_config_is_accepted(tmp_path: Path) -> None:

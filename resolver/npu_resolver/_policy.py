@@ -234,8 +234,7 @@ def _read_tables(
             pid = product_id(alias)
             if pid is None:
                 problems.append(
-                    f"[{at}.products] {alias}: unknown product; use one of "
-                    f"{', '.join(PRODUCT_IDS)}"
+                    f"[{at}.products] {alias}: unknown product; use one of {', '.join(PRODUCT_IDS)}"
                 )
                 continue
             if not isinstance(pbody, dict):

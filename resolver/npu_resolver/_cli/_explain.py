@@ -11,7 +11,7 @@ from .._catalog import CATALOG
 from .._describe import describe_option
 from .._model import CATALOG_VERSION, JSON
 from .._rules import RULES
-from ._render import shown
+from ._render import columns, padded, shown
 
 if TYPE_CHECKING:
     from .._diff import DiffResult
@@ -145,10 +145,10 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
     table format."""
     rows = result.rows if show_all else result.differing
-    width = max((len(shown(r.option)) for r in rows), default=6)
-    cols = [max(24, len(shown(p))) for p in result.products]
+    width = max((columns(shown(r.option)) for r in rows), default=6)
+    cols = [max(24, columns(shown(p))) for p in result.products]
     header = f"{'option':<{width}}  " + "  ".join(
-        f"{shown(p):<{w}}" for p, w in zip(result.products, cols, strict=True)
+        padded(shown(p), w) for p, w in zip(result.products, cols, strict=True)
     )
     lines = [header]
     for row in rows:
@@ -156,8 +156,8 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         for pid, w in zip(result.products, cols, strict=True):
             cell = row.cells.get(pid)
             text = "(absent)" if cell is None else f"{_value(cell.value)} {cell.source.value}"
-            cells.append(f"{shown(text):<{w}}")
-        lines.append(f"{shown(row.option):<{width}}  " + "  ".join(cells))
+            cells.append(padded(shown(text), w))
+        lines.append(f"{padded(shown(row.option), width)}  " + "  ".join(cells))
     if not rows:
         lines.append("(no differences)")
     # Why the rows differ: every error and warning, and the notes about the rows shown.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import unicodedata
 from collections.abc import Mapping
 from typing import Final
 
@@ -29,6 +30,22 @@ def shown(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def columns(text: str) -> int:
+    """How many terminal columns `text` takes: two for a wide (CJK) character, none for a
+    combining mark, so that a table stays aligned whatever script its values are in."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        for char in text
+    )
+
+
+def padded(text: str, width: int) -> str:
+    """`text` filled with spaces to `width` columns (as f"{text:<{width}}" for ASCII)."""
+    return text + " " * (width - columns(text))
 
 
 def _value_text(value: JSON) -> str:
@@ -80,7 +97,7 @@ def render_table(result: Resolution, colour: bool = False) -> str:
         for name, value in result.options.items()
     ]
     width_name = max((len(r[0]) for r in rows), default=6)
-    width_value = min(max((len(r[1]) for r in rows), default=5), 40)
+    width_value = min(max((columns(r[1]) for r in rows), default=5), 40)
     header = f"{'option':<{width_name}}  {'value':<{width_value}}  source"
     lines.append(f"{_BOLD}{header}{_RESET}" if colour else header)
     for name, text, prov in rows:
@@ -95,14 +112,15 @@ def render_table(result: Resolution, colour: bool = False) -> str:
         note = "  " + "; ".join(extra)
         if colour:
             note = f"{_DIM}{note}{_RESET}"
-        line = f"{name:<{width_name}}  {text:<{width_value}}  {prov.source.value:<15}{note}"
+        line = f"{name:<{width_name}}  {padded(text, width_value)}  {prov.source.value:<15}{note}"
         lines.append(line)
     if result.paths:
         lines.append("")
         lines.append("paths")
-        width_key = max(len(shown(key)) for key in result.paths)
+        width_key = max(columns(shown(key)) for key in result.paths)
         lines += [
-            f"  {shown(key):<{width_key}}  {shown(value)}" for key, value in result.paths.items()
+            f"  {padded(shown(key), width_key)}  {shown(value)}"
+            for key, value in result.paths.items()
         ]
     if result.diagnostics:
         lines.append("")
