@@ -263,3 +263,24 @@ def test_a_negative_zero_is_not_taken_for_the_zero_seen_before_it() -> None:
             assert str(answer.provenance["hccl_timeout"].requested) == str(value)
             answer = resolve(ResolveRequest("atlas-a2", {"graph_memory_max_size": value}))
             assert answer.fingerprint == fingerprint("atlas-a2", answer.options)
+
+
+class _WithUnit(str):
+    """Text whose strip() also drops a trailing unit ("600s" reads as "600")."""
+
+    def strip(self, chars: str | None = None) -> str:
+        return str.strip(self, chars).removesuffix("s")
+
+
+def test_r_hct_4_a_str_subclass_env_text_is_read_as_it_strips_whichever_came_first() -> None:
+    """Kept environment texts are keyed by text: a str subclass that is equal to a kept text
+    but strips otherwise is read by its own strip(), and never kept for the plain text."""
+
+    def timeout(text: str) -> object:
+        answer = resolve(ResolveRequest("atlas-a2", env={"HCCL_EXEC_TIMEOUT": text}))
+        return answer.options.get("hccl_timeout"), answer.ok
+
+    assert timeout("1292s") == (None, False)  # plain text first: kept as refused
+    assert timeout(_WithUnit("1292s")) == (1292, True)
+    assert timeout(_WithUnit("1360s")) == (1360, True)  # the subclass first
+    assert timeout("1360s") == (None, False)

@@ -65,7 +65,8 @@ class OptionView:
     (see _precedence._MAX_USER_SLOTS)."""
     env_texts: dict[str, Parsed | Problem]
     """What the text of the option's environment variable parses to, by text (by read_env):
-    a job's environment is much the same from one request to the next."""
+    a job's environment is much the same from one request to the next. Plain `str` texts
+    only: a subclass's strip() or == may differ from str's."""
 
     def accepts_as_is(self, raw: JSON) -> bool:
         """True when `raw` is valid exactly as given: the common case, checked cheaply."""
