@@ -4,11 +4,16 @@ since the call: the marks each worker leaves, and the wait on them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
+
+from npu_resolver_server import _supervisor
 from npu_resolver_server._reload_marks import ReloadMarks, forget, now_ns
 
 OTHER = os.getppid()
@@ -75,3 +80,18 @@ def test_a_missing_folder_means_no_other_worker_and_recording_there_is_harmless(
     marks.record(1)
     assert marks.others() == {}
     assert asyncio.run(marks.behind(now_ns(), timeout_s=1)) == []
+
+
+def test_without_a_writable_temporary_folder_the_server_still_starts_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read-only root with no writable /tmp: the workers serve; only the reply's wait for
+    the other workers is lost, and the supervisor's log says so."""
+
+    def refused(prefix: str) -> str:
+        raise PermissionError(13, "Permission denied", "/tmp")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    assert _supervisor._marks_folder() is None
+    said = json.loads(capsys.readouterr().err)
+    assert said["event"] == "reload_marks_unavailable" and "Permission denied" in said["error"]

@@ -49,7 +49,7 @@ def _say(event: str, **fields: object) -> None:
     print(json.dumps(line, default=str), file=sys.stderr, flush=True)
 
 
-def _child(settings: ServerSettings, worker: int, parent: int, marks: Path) -> None:
+def _child(settings: ServerSettings, worker: int, parent: int, marks: Path | None) -> None:
     """In the forked child: run one worker and never return into the parent's code. `parent`
     is the supervisor's pid as read before the fork (read after it, a supervisor already gone
     would go unnoticed)."""
@@ -106,8 +106,9 @@ def _taken_for_a_while(host: str, port: int) -> OSError | None:
 
 
 class Supervisor:
-    def __init__(self, settings: ServerSettings, marks: Path) -> None:
-        """`marks`: the folder where workers say when they last read the policy file."""
+    def __init__(self, settings: ServerSettings, marks: Path | None) -> None:
+        """`marks`: the folder where workers say when they last read the policy file (None:
+        no temporary folder could be made; a ReloadPolicy reply then does not wait)."""
         self.settings = settings
         self.marks = marks
         self.children: dict[int, int] = {}  # pid -> worker index
@@ -148,7 +149,8 @@ class Supervisor:
             from ._metrics import mark_dead
 
             mark_dead(pid)
-            forget(self.marks, pid)
+            if self.marks is not None:
+                forget(self.marks, pid)
             _say("worker_exited", worker=worker, worker_pid=pid, code=code)
             if self.stopping:
                 if code != 0 and self.exit_code != START_FAILED:  # the first cause is said
@@ -227,10 +229,25 @@ def run_workers(settings: ServerSettings) -> int:
     if settings.metrics_port:
         multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
         os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
-    marks = Path(tempfile.mkdtemp(prefix="npu-resolver-workers-"))
+    marks = _marks_folder()
     try:
         return Supervisor(settings, marks).run()
     finally:
-        shutil.rmtree(marks, ignore_errors=True)
+        if marks is not None:
+            shutil.rmtree(marks, ignore_errors=True)
         if multiproc_dir is not None:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def _marks_folder() -> Path | None:
+    """A private temporary folder for the workers' reload marks; without one (no writable
+    temporary folder) the server still serves, and says what it cannot promise."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="npu-resolver-workers-"))
+    except OSError as exc:
+        _say(
+            "reload_marks_unavailable",
+            error=str(exc),
+            effect="a ReloadPolicy reply will not wait for the other workers",
+        )
+        return None
