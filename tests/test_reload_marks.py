@@ -95,3 +95,17 @@ def test_without_a_writable_temporary_folder_the_server_still_starts_and_says_so
     assert _supervisor._marks_folder() is None
     said = json.loads(capsys.readouterr().err)
     assert said["event"] == "reload_marks_unavailable" and "Permission denied" in said["error"]
+
+
+def test_a_stopping_worker_takes_its_mark_and_the_last_one_the_folder(tmp_path: Path) -> None:
+    """A supervisor killed outright cannot remove the folder: its workers, which stop by
+    themselves then, leave nothing behind."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    me, other = ReloadMarks(folder), ReloadMarks(folder, pid=OTHER)
+    me.record(1)
+    other.record(1)
+    me.leave()
+    assert folder.is_dir() and ReloadMarks(folder, pid=OTHER).others() == {}
+    other.leave()
+    assert not folder.exists()

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,14 @@ from ._auth import TokenInterceptor, read_token
 from ._cache import AnswerCache
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
-from ._reload_marks import WAIT_S, ReloadMarks, now_ns
+from ._reload_marks import (
+    DEADLINE_MARGIN_S,
+    WAIT_S,
+    ReloadMarks,
+    hold_sighup,
+    now_ns,
+    sighup_held,
+)
 from ._servicer import SERVICE, Limits, ResolverService
 from .settings import HEALTH_SERVICE, ServerSettings
 
@@ -225,9 +233,11 @@ def create_server(
     store: PolicyStore | None = None,
     metrics: Metrics | None = None,
     marks: ReloadMarks | None = None,
+    stopping: Callable[[], float | None] = lambda: None,
 ) -> ResolverServer:
     """Build (not start) a server. Loads the policy unless a store is given (PolicyError).
-    `marks`: under --workers, where the workers say when they last read the policy file."""
+    `marks`: under --workers, where the workers say when they last read the policy file;
+    `stopping`: the seconds left until a stop ends the calls, or None while serving."""
     if store is None:
         store = PolicyStore(settings.policy)
         store.load_initial()
@@ -253,7 +263,7 @@ def create_server(
         ),
         # Under --workers, one worker answers the call: the supervisor's SIGHUP has every
         # worker read the file, as a SIGHUP sent by hand does, and the reply waits for them.
-        after_reload=_reload_every_worker(marks) if settings.workers > 1 else None,
+        after_reload=_reload_every_worker(marks, stopping) if settings.workers > 1 else None,
     )
     interceptors = []
     if settings.admin_token_file is not None:
@@ -293,13 +303,13 @@ def create_server(
 
 
 def _reload_every_worker(
-    marks: ReloadMarks | None,
+    marks: ReloadMarks | None, stopping: Callable[[], float | None]
 ) -> Callable[[float | None], Awaitable[None]]:
     """After a ReloadPolicy call read the file: have the supervisor signal every worker, and
     return once each has read the file too, so that the caller's next request meets the new
     policy whichever worker takes it. The wait is bounded, and ends before the call's deadline
-    (`remaining_s`), so that a worker that never catches up delays the reply but never fails it.
-    """
+    (`remaining_s`) and before a drain ends, so that a worker that never catches up delays the
+    reply but never fails it."""
 
     async def reload_the_others(remaining_s: float | None) -> None:
         since = now_ns()
@@ -307,7 +317,11 @@ def _reload_every_worker(
             os.kill(os.getppid(), signal.SIGHUP)
         if marks is None:
             return
-        wait_s = WAIT_S if remaining_s is None else max(0.0, min(WAIT_S, remaining_s - 0.5))
+        wait_s = WAIT_S
+        for left in (remaining_s, stopping()):
+            if left is not None:
+                wait_s = max(0.0, min(wait_s, left - DEADLINE_MARGIN_S))
+        started = time.monotonic()
         late = await marks.behind(since, wait_s)
         if late:
             log.warning(
@@ -316,7 +330,7 @@ def _reload_every_worker(
                     "fields": {
                         "event": "reload_not_confirmed",
                         "worker_pids": late,
-                        "waited_seconds": round(wait_s, 3),
+                        "waited_seconds": round(time.monotonic() - started, 3),
                     }
                 },
             )
@@ -338,8 +352,13 @@ async def serve(
     """Run one worker until SIGTERM/SIGINT, or until its supervisor (`parent`) is gone, then
     drain. Returns the exit status."""
     started = now_ns()
+    ends: list[float] = []  # once stopping: when the drain's grace runs out (monotonic)
+
+    def stopping() -> float | None:
+        return ends[0] - time.monotonic() if ends else None
+
     try:
-        built = create_server(settings, metrics=metrics, marks=marks)
+        built = create_server(settings, metrics=metrics, marks=marks, stopping=stopping)
     except Exception as exc:  # bad policy, unreadable certificate, port taken
         _start_failed(str(exc), worker)
         return 2
@@ -354,6 +373,8 @@ async def serve(
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+        if not ends:
+            ends.append(time.monotonic() + settings.drain_delay_seconds + settings.grace_seconds)
         stop.set()
         log.info(
             "draining",
@@ -383,6 +404,8 @@ async def serve(
         marks.record(started)  # a worker (re)started since a reload has read the file anew
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
+    if sighup_held():  # asked for while the policy loaded: read the file again now
+        on_hup()
     await built.start()
     if settings.policy is not None and settings.admin_token_file is None and worker == 0:
         log.warning(
@@ -412,6 +435,11 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(Exception):
             loop.remove_signal_handler(signum)
+    # A reload another worker's call asks for now must not kill a worker that is done (a
+    # reload still running in its thread holds the loop's close a while).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if marks is not None:
+        marks.leave()
     log.info("stopped", extra={"fields": {"event": "stopped", "worker": worker}})
     return 0
 
@@ -442,6 +470,7 @@ def run_worker(
 ) -> int:
     """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
     pid, for a worker of --workers (it stops when the supervisor is gone)."""
+    hold_sighup()
     _logging.configure(settings.log_level)
     if settings.tracing:  # per worker, after any fork: span exporters run threads
         from ._tracing import start_tracing

@@ -13,13 +13,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Final
 
 WAIT_S: Final = 10.0
 """How long a ReloadPolicy reply waits for the other workers; a large policy loads in seconds."""
+DEADLINE_MARGIN_S: Final = 0.5
+"""The wait ends this long before the call's deadline (or the drain's end), for the reply."""
 POLL_S: Final = 0.01
+_held: list[bool] = [False]
+
+
+def hold_sighup() -> None:
+    """Until a worker's event loop takes SIGHUP, note one instead of dying of it (its default
+    action): a reload asked for while the worker loads its policy, which can take seconds, must
+    neither kill it nor be lost."""
+    signal.signal(signal.SIGHUP, _note_sighup)
+
+
+def _note_sighup(signum: int, frame: FrameType | None) -> None:
+    _held[0] = True
+
+
+def sighup_held() -> bool:
+    """Whether a SIGHUP came while held (and forget it)."""
+    held, _held[0] = _held[0], False
+    return held
 
 
 def now_ns() -> int:
@@ -84,8 +106,16 @@ class ReloadMarks:
                 return late
             await asyncio.sleep(POLL_S)
 
+    def leave(self) -> None:
+        """This worker stops: its mark goes, and the folder with the last one (a supervisor
+        killed outright cannot remove it)."""
+        for name in (str(self.pid), f".{self.pid}.tmp"):
+            forget(self.folder, name)
+        with contextlib.suppress(OSError):  # others still there, or already gone
+            self.folder.rmdir()
 
-def forget(folder: Path, pid: int) -> None:
+
+def forget(folder: Path, pid: int | str) -> None:
     """A worker exited: its mark goes (the supervisor's part; a new pid may reuse the name)."""
     with contextlib.suppress(OSError):
         (folder / str(pid)).unlink()

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ._reload_marks import forget
+from ._reload_marks import forget, hold_sighup
 from .settings import ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -55,8 +55,9 @@ def _child(settings: ServerSettings, worker: int, parent: int, marks: Path | Non
     would go unnoticed)."""
     code = 1
     try:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
+        hold_sighup()  # a reload asked for while it starts is noted, not its end
         from ._app import run_worker
 
         code = run_worker(
@@ -187,6 +188,10 @@ class Supervisor:
                 os.kill(pid, signal.SIGTERM)
 
     def run(self) -> int:
+        # First of all: a SIGHUP (or a stop) that comes during the checks below must not end
+        # the supervisor by its default action.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._forward)
         shared = (("port", self.settings.port), ("health port", self.settings.health_port))
         for what, port in shared:
             error = _taken_for_a_while(self.settings.host, port) if port else None
@@ -201,12 +206,12 @@ class Supervisor:
             except OSError as exc:
                 _say("start_failed", error=f"metrics port {self.settings.metrics_port}: {exc}")
                 return START_FAILED
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, self._forward)
         # An ignored SIGCHLD survives exec: under a launcher that ignores it the kernel would
         # reap dead workers unseen, none would be restarted, and the exit status would hide it.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for worker in range(self.settings.workers):
+            if self.stopping:  # stopped before every worker started: start no more
+                break
             self._spawn(worker)
         while self.children or (self._pending and not self.stopping):
             self._reap()
@@ -227,7 +232,11 @@ def run_workers(settings: ServerSettings) -> int:
 
     multiproc_dir = None
     if settings.metrics_port:
-        multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
+        try:
+            multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
+        except OSError as exc:  # the workers' metrics need it: a start failure, said plainly
+            _say("start_failed", error=f"metrics of --workers need a temporary folder: {exc}")
+            return START_FAILED
         os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
     marks = _marks_folder()
     try:
