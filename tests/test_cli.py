@@ -634,6 +634,25 @@ def test_table_columns_stay_aligned_with_wide_characters_in_values() -> None:
     assert any("/数据/作业/第一" in row for row in rows)
 
 
+def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_all() -> None:
+    assert columns("/w") == 2 and columns("/数据") == 5
+    assert columns("e\u0301") == 1  # e and a combining acute accent
+    assert columns("\u0e01\u0e31") == 1  # Thai: a consonant and a vowel sign above it
+    assert columns("\u0915\u0941") == 1  # Devanagari: a consonant and a vowel sign below it
+    assert columns("\u2764\ufe0f") == 1  # a variation selector takes no column
+
+
+def test_diff_columns_stay_aligned_with_wide_characters_in_values() -> None:
+    proc = run(
+        "diff", "--product", "atlas-a2", "atlas-training", "--set", "debug_dir=/数据/作业", "--all"
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    second = columns(lines[0][: lines[0].index("atlas-training")])
+    row = next(line for line in lines if line.startswith("debug_dir"))
+    assert columns(row[: row.index('"/数据/作业"', row.index("USER"))]) == second, row
+
+
 def test_a_byte_order_mark_before_the_config_is_accepted(tmp_path: Path) -> None:
     config = tmp_path / "bom.json"
     config.write_bytes(b'\xef\xbb\xbf{"hccl_timeout": 3600}')

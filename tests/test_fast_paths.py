@@ -11,7 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npu_resolver import CATALOG, PRODUCTS, ResolveRequest, _pipeline, fingerprint, resolve
+from npu_resolver import (
+    CATALOG,
+    PRODUCTS,
+    ResolveRequest,
+    _fingerprint,
+    _pipeline,
+    fingerprint,
+    resolve,
+)
 from npu_resolver._catalog import OptionView
 from npu_resolver._environment import _MAX_ENV_TEXTS, read_env
 from npu_resolver._fingerprint import canonical_json, fragment
@@ -252,8 +260,13 @@ def test_kept_slots_and_texts_stay_bounded_however_many_values_come() -> None:
     assert len(device.env_texts) <= _MAX_ENV_TEXTS
 
 
-def test_a_negative_zero_is_not_taken_for_the_zero_seen_before_it() -> None:
-    """0.0 == -0.0, so a memo keyed by value would give the first one's text to both."""
+def test_a_negative_zero_is_not_taken_for_the_zero_seen_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.0 == -0.0, so a memo keyed by value would give the first one's text to both. (Empty
+    memos: full ones, after other tests, keep nothing new and would hide it.)"""
+    monkeypatch.setattr(_fingerprint, "_FRAGMENTS", {})
+    monkeypatch.setattr(_pipeline, "_PROVENANCE", {})
     for first, second in ((0.0, -0.0), (-0.0, 0.0)):
         assert fragment("z", first) == f'"z":{canonical_json(first)}'
         assert fragment("z", second) == f'"z":{canonical_json(second)}'
@@ -280,7 +293,15 @@ def test_r_hct_4_a_str_subclass_env_text_is_read_as_it_strips_whichever_came_fir
         answer = resolve(ResolveRequest("atlas-a2", env={"HCCL_EXEC_TIMEOUT": text}))
         return answer.options.get("hccl_timeout"), answer.ok
 
-    assert timeout("1292s") == (None, False)  # plain text first: kept as refused
-    assert timeout(_WithUnit("1292s")) == (1292, True)
-    assert timeout(_WithUnit("1360s")) == (1360, True)  # the subclass first
-    assert timeout("1360s") == (None, False)
+    kept = CATALOG.view("atlas-a2", Mode.TRAINING)["hccl_timeout"].env_texts
+    before = dict(kept)
+    kept.clear()  # room to keep texts: full (after other tests) it keeps none and hides it
+    try:
+        assert timeout("1292s") == (None, False)  # plain text first: kept as refused
+        assert "1292s" in kept
+        assert timeout(_WithUnit("1292s")) == (1292, True)
+        assert timeout(_WithUnit("1360s")) == (1360, True)  # the subclass first
+        assert timeout("1360s") == (None, False)
+    finally:
+        kept.clear()
+        kept.update(before)

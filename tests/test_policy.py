@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from npu_resolver import PolicyError, ResolveRequest, load_policy, parse_policy, resolve
+from npu_resolver._policy import toml_key
 
 EXAMPLE = """
 [profiles.default.defaults]
@@ -222,6 +224,29 @@ def test_a_profile_name_with_a_dot_is_quoted_where_its_table_is_named() -> None:
         )
     assert '[profiles."team.a"] lockd: unknown key' in str(refused_.value)
     assert '[profiles.plain.products."atlas a2"] x: unknown key' in str(refused_.value)
+
+
+def test_a_key_is_written_as_toml_reads_it_back() -> None:
+    """Bare where TOML allows it; quoted otherwise, with DEL escaped (JSON leaves it raw, TOML
+    refuses it raw in a quoted key)."""
+    for key in (
+        "default",
+        "team-a_1",
+        "team.a",
+        "数据",
+        "a b",
+        'say "hi"',
+        "tab\there",
+        "a\x7fb",
+        "",
+    ):
+        written = toml_key(key)
+        assert tomllib.loads(f"{written} = 1") == {key: 1}, written
+    assert toml_key("team-a_1") == "team-a_1"
+    with pytest.raises(PolicyError) as refused_:
+        parse_policy('[profiles.default.products."atlas.a2"]\n[profiles.default]\n"x y" = 1\n')
+    assert '[profiles.default.products] "atlas.a2": unknown product' in str(refused_.value)
+    assert '[profiles.default] "x y": unknown key' in str(refused_.value)
 
 
 def test_many_profiles_with_the_same_clashing_locks_are_named_briefly() -> None:

@@ -46,7 +46,9 @@ _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 def toml_key(key: str) -> str:
     """One part of a table path as TOML writes it: bare when it can be, else quoted, so that
     a profile named "team.a" reads [profiles."team.a".locked], not a table three levels down."""
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+    if _BARE_KEY.fullmatch(key):
+        return key
+    return json.dumps(key, ensure_ascii=False).replace("\x7f", "\\u007F")  # TOML escapes DEL
 
 
 _OPEN_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -224,8 +226,8 @@ def _read_tables(
             continue
         tables: dict[tuple[str | None, str], _Table] = {}
         scopes: list[tuple[str | None, str, Any]] = [(None, at, body)]
-        for key in set(body) - {*KINDS, "products"}:
-            problems.append(f"[{at}] {key}: unknown key; use defaults, locked, products")
+        for key in sorted(set(body) - {*KINDS, "products"}):
+            problems.append(f"[{at}] {toml_key(key)}: unknown key; use defaults, locked, products")
         products = body.get("products", {})
         if not isinstance(products, dict):
             problems.append(f"[{at}.products] must be a table")
@@ -234,14 +236,15 @@ def _read_tables(
             pid = product_id(alias)
             if pid is None:
                 problems.append(
-                    f"[{at}.products] {alias}: unknown product; use one of {', '.join(PRODUCT_IDS)}"
+                    f"[{at}.products] {toml_key(alias)}: unknown product; use one of "
+                    f"{', '.join(PRODUCT_IDS)}"
                 )
                 continue
             if not isinstance(pbody, dict):
                 problems.append(f"[{at}.products.{toml_key(alias)}] must be a table")
                 continue
-            for key in set(pbody) - set(KINDS):
-                problems.append(f"[{at}.products.{toml_key(alias)}] {key}: unknown key")
+            for key in sorted(set(pbody) - set(KINDS)):
+                problems.append(f"[{at}.products.{toml_key(alias)}] {toml_key(key)}: unknown key")
             scopes.append((pid, f"{at}.products.{toml_key(alias)}", pbody))
         for pid, path, scope_body in scopes:
             for kind in KINDS:
@@ -259,7 +262,7 @@ def _read_tables(
                     if key not in catalog:
                         hint = catalog.suggest(key)
                         problems.append(
-                            f"[{table}] {key}: unknown option"
+                            f"[{table}] {toml_key(key)}: unknown option"
                             + (f"; did you mean {hint!r}?" if hint else "")
                         )
                         continue

@@ -33,14 +33,21 @@ def shown(text: str) -> str:
 
 
 def columns(text: str) -> int:
-    """How many terminal columns `text` takes: two for a wide (CJK) character, none for a
-    combining mark, so that a table stays aligned whatever script its values are in."""
+    """How many terminal columns `text` takes: two for a wide (CJK) character, none for a mark
+    that joins the one before (a combining accent, a Thai or Devanagari vowel sign, a variation
+    selector), so that a table stays aligned whatever script its values are in."""
     if text.isascii():
         return len(text)
-    return sum(
-        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1
-        for char in text
-    )
+    return sum(_char_columns(char) for char in text)
+
+
+def _char_columns(char: str) -> int:
+    if unicodedata.category(char) in _ZERO_WIDTH:
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+_ZERO_WIDTH: Final = frozenset({"Mn", "Me"})
 
 
 def padded(text: str, width: int) -> str:
