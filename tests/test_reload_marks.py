@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from npu_resolver_server import _supervisor
+from npu_resolver_server._app import _reload_every_worker
 from npu_resolver_server._reload_marks import ReloadMarks, forget, now_ns
 
 OTHER = os.getppid()
@@ -109,3 +111,20 @@ def test_a_stopping_worker_takes_its_mark_and_the_last_one_the_folder(tmp_path: 
     assert folder.is_dir() and ReloadMarks(folder, pid=OTHER).others() == {}
     other.leave()
     assert not folder.exists()
+
+
+def test_the_reload_is_asked_of_the_supervisor_only_while_it_is_this_workers_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the supervisor is gone, the worker's parent is some other process (init, a
+    subreaper), which must not be sent a SIGHUP."""
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    parent = os.getppid()
+
+    async def ask(supervisor: int) -> None:
+        await _reload_every_worker(None, lambda: None, supervisor)(None)
+
+    for supervisor in (parent, parent + 100_000):
+        asyncio.run(ask(supervisor))
+    assert sent == [(parent, signal.SIGHUP)]

@@ -234,10 +234,12 @@ def create_server(
     metrics: Metrics | None = None,
     marks: ReloadMarks | None = None,
     stopping: Callable[[], float | None] = lambda: None,
+    supervisor: int | None = None,
 ) -> ResolverServer:
     """Build (not start) a server. Loads the policy unless a store is given (PolicyError).
     `marks`: under --workers, where the workers say when they last read the policy file;
-    `stopping`: the seconds left until a stop ends the calls, or None while serving."""
+    `stopping`: the seconds left until a stop ends the calls, or None while serving;
+    `supervisor`: the pid of the process that forked this worker."""
     if store is None:
         store = PolicyStore(settings.policy)
         store.load_initial()
@@ -263,7 +265,9 @@ def create_server(
         ),
         # Under --workers, one worker answers the call: the supervisor's SIGHUP has every
         # worker read the file, as a SIGHUP sent by hand does, and the reply waits for them.
-        after_reload=_reload_every_worker(marks, stopping) if settings.workers > 1 else None,
+        after_reload=(
+            _reload_every_worker(marks, stopping, supervisor) if settings.workers > 1 else None
+        ),
     )
     interceptors = []
     if settings.admin_token_file is not None:
@@ -303,7 +307,9 @@ def create_server(
 
 
 def _reload_every_worker(
-    marks: ReloadMarks | None, stopping: Callable[[], float | None]
+    marks: ReloadMarks | None,
+    stopping: Callable[[], float | None],
+    supervisor: int | None = None,
 ) -> Callable[[float | None], Awaitable[None]]:
     """After a ReloadPolicy call read the file: have the supervisor signal every worker, and
     return once each has read the file too, so that the caller's next request meets the new
@@ -313,8 +319,11 @@ def _reload_every_worker(
 
     async def reload_the_others(remaining_s: float | None) -> None:
         since = now_ns()
+        parent = os.getppid()
+        if supervisor is not None and parent != supervisor:
+            return  # the supervisor is gone (this worker stops within a second): not its heir
         with contextlib.suppress(OSError):
-            os.kill(os.getppid(), signal.SIGHUP)
+            os.kill(parent, signal.SIGHUP)
         if marks is None:
             return
         wait_s = WAIT_S
@@ -358,7 +367,9 @@ async def serve(
         return ends[0] - time.monotonic() if ends else None
 
     try:
-        built = create_server(settings, metrics=metrics, marks=marks, stopping=stopping)
+        built = create_server(
+            settings, metrics=metrics, marks=marks, stopping=stopping, supervisor=parent
+        )
     except Exception as exc:  # bad policy, unreadable certificate, port taken
         _start_failed(str(exc), worker)
         return 2
