@@ -12,7 +12,9 @@ from ._model import JSON, MAX_MEMO_TEXT
 
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_KEPT: Final = frozenset({str, int, bool, type(None)})
+"""The types whose fragments are memoized by value. Not float: 0.0 == -0.0 would share one
+entry (and nan != nan would never be found)."""
 _ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 canonical_json: Final = _ENCODER.encode
 """One encoder for every fragment: json.dumps with options builds a new one per call."""
@@ -37,9 +39,10 @@ float formatter) on every call, most of the cost of encoding a small object."""
 
 
 def _value_text(value: JSON) -> str:
-    """canonical_json(value) for an object or list value. A value that holds itself (never one
-    the resolver took: each is walked to a bounded depth first) recurses to the limit here and
-    is then encoded by canonical_json, which says so as it always did."""
+    """canonical_json(value) for a value not memoized (an object, a list, a float). A value
+    that holds itself (never one the resolver took: each is walked to a bounded depth first)
+    recurses to the limit here and is then encoded by canonical_json, which says so as it
+    always did."""
     if _encode_value is None:  # a Python without json's C accelerator
         return canonical_json(value)
     try:
@@ -51,10 +54,8 @@ def _value_text(value: JSON) -> str:
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
-    if kind not in _SCALARS:  # an object or list (an OrderedDict too): not hashable, not kept
+    if kind not in _KEPT:  # an object or list (an OrderedDict too), a float: not kept
         return f"{canonical_json(name)}:{_value_text(value)}"
-    if kind is float:  # 0.0 == -0.0 (and nan != nan) would share or miss entries: not kept
-        return f"{canonical_json(name)}:{canonical_json(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:

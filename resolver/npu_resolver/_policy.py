@@ -240,12 +240,13 @@ def _read_tables(
                     f"{', '.join(PRODUCT_IDS)}"
                 )
                 continue
+            scope = f"{at}.products.{toml_key(alias)}"
             if not isinstance(pbody, dict):
-                problems.append(f"[{at}.products.{toml_key(alias)}] must be a table")
+                problems.append(f"[{scope}] must be a table")
                 continue
             for key in sorted(set(pbody) - set(KINDS)):
-                problems.append(f"[{at}.products.{toml_key(alias)}] {toml_key(key)}: unknown key")
-            scopes.append((pid, f"{at}.products.{toml_key(alias)}", pbody))
+                problems.append(f"[{scope}] {toml_key(key)}: unknown key")
+            scopes.append((pid, scope, pbody))
         for pid, path, scope_body in scopes:
             for kind in KINDS:
                 values = scope_body.get(kind)

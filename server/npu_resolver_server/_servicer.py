@@ -254,8 +254,9 @@ class ResolverService:
         limits: Limits = Limits(),
         after_reload: Callable[[float | None], Awaitable[None]] | None = None,
     ) -> None:
-        """`after_reload`: called after a ReloadPolicy call read the file (to reach the
-        other workers of a --workers server)."""
+        """`after_reload`: awaited after a ReloadPolicy call read the file, with the seconds
+        left before the call's deadline (to reach the other workers of a --workers server
+        before the reply)."""
         self.store = store
         self.after_reload = after_reload
         self.cache = cache if cache is not None else AnswerCache(0)
