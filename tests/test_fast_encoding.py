@@ -139,6 +139,33 @@ def test_the_same_provenance_object_under_two_names() -> None:
         assert_same_message(write_response(resolution), resolution)
 
 
+def test_a_provenance_map_holding_a_callers_object_is_written_anew_each_time() -> None:
+    """A requested object is the caller's (not copied): the map holding it is never kept
+    whole, so what it holds when the answer is written is what is sent."""
+    asked: dict[str, Any] = {"a": 1}
+    shared = Provenance(Source.DEFAULT, ("R-1",))
+    resolution = _answer({"x": 1, "y": 2}, {"x": shared, "y": Provenance(Source.USER, (), asked)})
+    assert_same_message(write_response(resolution), resolution)
+    asked["a"] = 2
+    asked["b"] = [3]
+    assert_same_message(write_response(resolution), resolution)
+    assert b"\x62" in write_response(resolution)  # the new key "b"
+
+
+def test_the_same_provenance_records_under_other_names_are_written_with_their_names() -> None:
+    one, two = Provenance(Source.DEFAULT, ("R-1",)), Provenance(Source.USER, ("R-2",))
+    for provenance in ({"a": one, "b": two}, {"b": one, "a": two}, {"a": one, "c": two}):
+        resolution = _answer({}, provenance)
+        for _ in range(2):
+            assert_same_message(write_response(resolution), resolution)
+
+
+def test_long_and_non_ascii_paths_are_written_exactly() -> None:
+    for path in ("/j", "/jobs/" + "a" * 130, "/数据/" + "é" * 9000, ""):
+        resolution = Resolution(True, "atlas-a2", {}, {}, (), {"debug_dir": path}, "900", "", "")
+        assert_same_message(write_response(resolution), resolution)
+
+
 def test_memo_tables_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_encode, "MEMO_ENTRIES", 16)
     for i in range(100):
@@ -146,6 +173,15 @@ def test_memo_tables_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert_same_message(write_response(resolution), resolution)
     tables = (_encode._OPTIONS, _encode._PROVENANCE, _encode._SAME_PROVENANCE)
     assert all(len(table) <= 16 for table in tables)
+
+
+def test_kept_provenance_maps_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_encode, "MAX_BLOCKS", 4)
+    records = [Provenance(Source.USER, (f"R-{i}",)) for i in range(30)]
+    for i in range(30):
+        resolution = _answer({}, {"a": records[i], "b": records[(i + 1) % 30]})
+        assert_same_message(write_response(resolution), resolution)
+        assert len(_encode._PROVENANCE_BLOCKS) <= 4
 
 
 @pytest.mark.parametrize(

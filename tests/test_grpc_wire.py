@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 import math
@@ -181,6 +182,31 @@ def test_request_round_trip(name: str, request_: ResolveRequest) -> None:
     as_struct = request_to_proto(request_, as_struct=True).SerializeToString()
     back = request_from_proto(pb.ResolveRequest.FromString(as_struct), max_depth=32, max_keys=1000)
     assert json.dumps(back.to_json(), sort_keys=True) == _dump(request_.to_json())
+
+
+def test_a_request_read_off_the_wire_is_what_the_checked_constructor_builds() -> None:
+    """The server builds requests without the constructor's checks (the decoder has typed every
+    field): the same fields, types and own mappings as the constructor would give."""
+    wire = pb.ResolveRequest(
+        product="atlas-a2",
+        config_json='{"hccl_timeout": 600}',
+        env={"HOME": "/home/u"},
+        workdir="/w",
+        profile="team",
+        strict=True,
+        validate_only=True,
+        attachments={"fusion_switch_file": "{}"},
+    )
+    back = request_from_proto(wire, max_depth=8, max_keys=100)
+    names = [f.name for f in dataclasses.fields(ResolveRequest)]
+    checked = ResolveRequest(**{name: getattr(back, name) for name in names})
+    assert back == checked
+    assert repr(back) == repr(checked)
+    assert [type(getattr(back, n)) for n in names] == [type(getattr(checked, n)) for n in names]
+    wire.env["HOME"] = "/elsewhere"
+    wire.attachments.clear()
+    assert back.env == {"HOME": "/home/u"}
+    assert back.attachments == {"fusion_switch_file": "{}"}
 
 
 def test_config_json_keeps_integral_floats() -> None:

@@ -40,6 +40,7 @@ from npu_resolver.text import (
     loads_json,
     not_json,
     printable,
+    read_request,
 )
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
@@ -300,15 +301,15 @@ def request_from_proto(
     config = config_from_wire(
         message.config, message.config_json, "config", max_depth=max_depth, max_keys=max_keys
     )
-    return ResolveRequest(
-        product=message.product,
-        config=config,
-        env=_string_map(message.env),
-        workdir=message.workdir,
-        profile=message.profile,
-        strict=message.strict,
-        validate_only=message.validate_only,
-        attachments=_string_map(message.attachments),
+    return read_request(
+        message.product,
+        config,
+        _string_map(message.env),
+        message.workdir,
+        message.profile,
+        message.strict,
+        message.validate_only,
+        _string_map(message.attachments),
     )
 
 

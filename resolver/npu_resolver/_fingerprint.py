@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 from ._model import JSON, MAX_MEMO_TEXT
 
@@ -51,6 +51,18 @@ def _value_text(value: JSON) -> str:
         return canonical_json(value)
 
 
+_string_text: Final = json.encoder.encode_basestring
+"""canonical_json() of a str: what encode() returns for one (ensure_ascii is off)."""
+_SCALAR_TEXT: Final[dict[type, Callable[[Any], str]]] = {
+    str: _string_text,
+    int: int.__repr__,  # as json writes an int (exactly int: bools and subclasses differ)
+    bool: lambda flag: "true" if flag else "false",
+    type(None): lambda _: "null",
+}
+"""canonical_json() of each kept type, without encode()'s generic path (which builds an
+encoder for every int it writes)."""
+
+
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
@@ -59,7 +71,7 @@ def fragment(name: str, value: JSON) -> str:
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
-        text = f"{canonical_json(name)}:{canonical_json(value)}"
+        text = f"{_string_text(name)}:{_SCALAR_TEXT[kind](value)}"
         if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text

@@ -505,3 +505,50 @@ def resolution(
     _POLICY_VERSION(made, policy_version)
     _FINGERPRINT(made, fingerprint)
     return made
+
+
+(
+    _REQ_PRODUCT,
+    _REQ_CONFIG,
+    _REQ_ENV,
+    _REQ_WORKDIR,
+    _REQ_PROFILE,
+    _REQ_STRICT,
+    _REQ_VALIDATE_ONLY,
+    _REQ_ATTACHMENTS,
+) = _setters(
+    ResolveRequest,
+    "product",
+    "config",
+    "env",
+    "workdir",
+    "profile",
+    "strict",
+    "validate_only",
+    "attachments",
+)
+
+
+def read_request(  # noqa: PLR0917 - the fields of ResolveRequest, in order
+    product: str,
+    config: dict[str, JSON],
+    env: dict[str, str],
+    workdir: str,
+    profile: str,
+    strict: bool,
+    validate_only: bool,
+    attachments: dict[str, str],
+) -> ResolveRequest:
+    """ResolveRequest(...) for fields a decoder has just read, each already of its type and in
+    a dict of its own (a wire request): the same object without __post_init__'s checks and
+    copies, which cost as much as reading the request."""
+    made: ResolveRequest = _new(ResolveRequest)
+    _REQ_PRODUCT(made, product)
+    _REQ_CONFIG(made, config)
+    _REQ_ENV(made, env)
+    _REQ_WORKDIR(made, workdir)
+    _REQ_PROFILE(made, profile)
+    _REQ_STRICT(made, strict)
+    _REQ_VALIDATE_ONLY(made, validate_only)
+    _REQ_ATTACHMENTS(made, attachments)
+    return made

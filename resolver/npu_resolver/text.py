@@ -7,7 +7,7 @@ that is not Unicode) is refused in the same words when it travels.
 
 from __future__ import annotations
 
-from ._model import DuplicateKeyError, is_text, loads_json, printable
+from ._model import DuplicateKeyError, is_text, loads_json, printable, read_request
 from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "loads_json",
     "not_json",
     "printable",
+    "read_request",
 ]

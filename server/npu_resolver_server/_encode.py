@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any, Final, TypeVar
 
 from npu_resolver import Code, Diagnostic, Provenance, Resolution, Severity, Source
@@ -218,10 +218,27 @@ def _diagnostic(key: tuple[Severity, Code, str, str, str, str]) -> bytes:
     )
 
 
+def _path_key(name: str) -> bytes:
+    """A `paths` entry's key field with the value's tag: a few names, the same every time."""
+    return _text(b"\x0a", name) + b"\x12"
+
+
+_PATH_KEYS: Final[dict[str, bytes]] = {}
+
+
 def _path_entry(name: str, path: str) -> bytes:
-    """A `paths` map entry of ResolveResponse (field 6), with its tag and length. Not memoized:
-    paths follow the job's workdir, new with every job."""
-    return field(6, _text(b"\x0a", name) + _text(b"\x12", path))
+    """A `paths` map entry of ResolveResponse (field 6), with its tag and length. The path is
+    not memoized: paths follow the job's workdir, new with every job."""
+    head = _PATH_KEYS.get(name)
+    if head is None:
+        head = _path_key(name)
+        if len(_PATH_KEYS) < MEMO_ENTRIES:
+            _PATH_KEYS[name] = head
+    data = path.encode()
+    size = len(data)
+    entry = head + (_SMALL[size] if size < 128 else varint(size)) + data
+    size = len(entry)
+    return b"\x32" + (_SMALL[size] if size < 128 else varint(size)) + entry
 
 
 _OPTIONS: Final = _Memo(_option_entry)
@@ -243,12 +260,14 @@ _SAME_PROVENANCE: Final[dict[tuple[str, int], tuple[Provenance, bytes]]] = {}
 call after call. Each holds its Provenance, so an id is checked against a live object."""
 
 
-def _provenances(provenance: Mapping[str, Provenance]) -> list[bytes]:
+def _provenances(provenance: Mapping[str, Provenance]) -> tuple[list[bytes], bool]:
+    """The entries' bytes, and whether each was memoized (so depends on its object alone)."""
     memo = _PROVENANCE
     same = _SAME_PROVENANCE
     scalars = _MEMO_REQUESTED
     fields = _provenance_fields
     out = []
+    kept = True
     for name, entry in provenance.items():
         seen = same.get((name, id(entry)))
         if seen is not None and seen[0] is entry:
@@ -258,13 +277,39 @@ def _provenances(provenance: Mapping[str, Provenance]) -> list[bytes]:
         key = (name, values, type(values[2]))
         if key[2] not in scalars:  # an object or list requested: neither immutable nor hashable
             out.append(_provenance_entry(key))
+            kept = False
             continue
         encoded = memo[key]
         if len(same) >= MEMO_ENTRIES:
             same.clear()
         same[name, id(entry)] = (entry, encoded)
         out.append(encoded)
-    return out
+    return out, kept
+
+
+_BlockKey = tuple[tuple[str, ...], tuple[int, ...]]
+_PROVENANCE_BLOCKS: Final[dict[_BlockKey, tuple[tuple[Provenance, ...], bytes]]] = {}
+MAX_BLOCKS: Final = 512
+"""Whole provenance maps kept (a few kB each): one per product, mode and set of options a
+caller's jobs keep setting, whatever values they give."""
+
+
+def _provenance_block(provenance: Mapping[str, Provenance]) -> bytes:
+    """Every `provenance` entry of ResolveResponse. The core hands out the same immutable
+    records call after call, often the same map of them (a caller's value changes its option's
+    value, not its provenance): such a map is written once, found by its names and records."""
+    entries = tuple(provenance.values())
+    key = (tuple(provenance), tuple(map(id, entries)))
+    seen = _PROVENANCE_BLOCKS.get(key)
+    if seen is not None and all(map(is_, seen[0], entries)):
+        return seen[1]
+    parts, kept = _provenances(provenance)
+    encoded = b"".join(parts)
+    if kept:  # each record is immutable, its bytes its own: the map can be kept
+        if len(_PROVENANCE_BLOCKS) >= MAX_BLOCKS:
+            _PROVENANCE_BLOCKS.clear()
+        _PROVENANCE_BLOCKS[key] = (entries, encoded)
+    return encoded
 
 
 def _diagnostics(diagnostics: Iterable[Diagnostic]) -> list[bytes]:
@@ -286,7 +331,7 @@ def write_response(resolution: Resolution) -> bytes:
             b"\x08\x01" if resolution.ok else b"",
             _optional_text(b"\x12", resolution.product),
             field(3, b"".join(_options(resolution.options))),
-            *_provenances(resolution.provenance),
+            _provenance_block(resolution.provenance),
             *_diagnostics(resolution.diagnostics),
             *[_path_entry(name, path) for name, path in resolution.paths.items()],
             _optional_text(b"\x3a", resolution.catalog_version),
