@@ -242,6 +242,11 @@ def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
             raise refused from None
 
 
+async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
+    """The answer of a handler body that awaits (ReloadPolicy, ResolveBatch, Diff)."""
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
 class ResolverService:
     """The handlers of npu.resolver.v1.Resolver, on raw bytes."""
 
@@ -297,7 +302,7 @@ class ResolverService:
             extra: dict[str, Any] = {}
             try:
                 outcome = fn(raw, context)
-                answer = await outcome if inspect.isawaitable(outcome) else outcome
+                answer = outcome if type(outcome) is Answer else await _awaited(outcome)
             except _RefusedError as refused:
                 answer = refused.answer()
             except Exception as exc:
