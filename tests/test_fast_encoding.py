@@ -176,12 +176,55 @@ def test_memo_tables_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_kept_provenance_maps_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    _encode._PROVENANCE_BLOCKS.clear()
     monkeypatch.setattr(_encode, "MAX_BLOCKS", 4)
     records = [Provenance(Source.USER, (f"R-{i}",)) for i in range(30)]
     for i in range(30):
         resolution = _answer({}, {"a": records[i], "b": records[(i + 1) % 30]})
         assert_same_message(write_response(resolution), resolution)
         assert len(_encode._PROVENANCE_BLOCKS) <= 4
+
+
+def test_long_pieces_are_written_exactly_and_never_kept() -> None:
+    """A caller's long value (a string, a requested object, a path) is written anew each time:
+    kept, 4,096 of them would pin gigabytes. Short ones around it are still kept."""
+    for table in (_encode._OPTIONS, _encode._PROVENANCE, _encode._DIAGNOSTICS):
+        table.clear()  # from empty: what is kept below was kept by this answer
+    _encode._SAME_PROVENANCE.clear()
+    _encode._PROVENANCE_BLOCKS.clear()
+    long = "x" * (2 * _encode.MAX_MEMO_BYTES)
+    shared = Provenance(Source.DEFAULT, ("R-1",))
+    resolution = Resolution(
+        False,
+        "atlas-a2",
+        {"long": long, "short": 1},
+        {"long": Provenance(Source.USER, ("R-2",), long), "short": shared},
+        (Diagnostic(Severity.ERROR, Code.INVALID_VALUE, "long", "R-2", long),),
+        {"debug_dir": "/" + long},
+        "900",
+        "",
+        "",
+    )
+    for _ in range(2):
+        assert_same_message(write_response(resolution), resolution)
+    tables = (_encode._OPTIONS, _encode._PROVENANCE, _encode._DIAGNOSTICS)
+    assert all(len(piece) <= _encode.MAX_MEMO_BYTES for table in tables for piece in table.values())
+    assert [key[0] for key in _encode._OPTIONS] == ["short"]
+    assert [name for name, _ in _encode._SAME_PROVENANCE] == ["short"]
+    assert not _encode._DIAGNOSTICS
+    assert not _encode._PROVENANCE_BLOCKS  # a map holding a long record is not kept whole
+
+
+def test_a_provenance_map_past_the_block_bound_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    _encode._PROVENANCE_BLOCKS.clear()
+    monkeypatch.setattr(_encode, "MAX_BLOCK_BYTES", 40)
+    records = {f"o{i}": Provenance(Source.USER, (f"R-{i}",), i) for i in range(4)}
+    resolution = _answer({}, records)
+    assert_same_message(write_response(resolution), resolution)
+    assert not _encode._PROVENANCE_BLOCKS
+    monkeypatch.setattr(_encode, "MAX_BLOCK_BYTES", 4096)
+    assert_same_message(write_response(resolution), resolution)
+    assert len(_encode._PROVENANCE_BLOCKS) == 1
 
 
 @pytest.mark.parametrize(

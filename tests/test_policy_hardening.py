@@ -295,6 +295,15 @@ def test_deep_nesting_is_a_policy_error_naming_the_file_key_and_line(text: str, 
     )
 
 
+def test_an_integer_past_pythons_digit_limit_is_a_policy_error_not_a_crash() -> None:
+    """tomllib raises a bare ValueError (not TOMLDecodeError) for an int of over 4,300 digits:
+    still a file the server cannot read, said as such, the last good policy kept."""
+    with pytest.raises(PolicyError) as caught:
+        parse_policy("[defaults]\nhccl_timeout = " + "9" * 5000 + "\n", "long.toml")
+    assert str(caught.value).startswith("long.toml: invalid TOML: ")
+    assert "digits" in str(caught.value)
+
+
 def test_policy_check_of_a_deep_file_exits_2_with_the_message(tmp_path: Path) -> None:
     deep = tmp_path / "deep.toml"
     deep.write_text(DEEP_ARRAYS, encoding="utf-8")

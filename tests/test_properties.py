@@ -17,6 +17,7 @@ from npu_resolver import (
     CATALOG,
     PATH_KEYS,
     PRODUCTS,
+    Code,
     Resolution,
     ResolveRequest,
     Severity,
@@ -164,6 +165,48 @@ def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) 
     )
     assert result.fingerprint == hashlib.sha256(text.encode()).hexdigest()[:16]
     assert fingerprint(result.product, result.options) == result.fingerprint
+
+
+def test_fingerprint_of_any_mapping_json_can_write() -> None:
+    """fingerprint() is public: a mapping whose keys json writes (an int key, say) hashes as
+    its canonical JSON (json writes such a key as a string), memoized or not."""
+    cases: tuple[dict[Any, Any], ...] = (
+        {1: 5},
+        {2: [1]},
+        {1.5: None},
+        {"a": 1, "b": [1, {"c": None}]},
+        {"x": "é" * 2000},
+    )
+    for options in (*cases, {"f": -0.0}):
+        for _ in range(2):  # the second time from the memo
+            text = json.dumps(
+                {"options": options, "product": "atlas-a2"},
+                sort_keys=True,
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+            expected = hashlib.sha256(text.encode()).hexdigest()[:16]
+            assert fingerprint("atlas-a2", options) == expected
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["hccl_timeout", "enable_small_channel", "precision_mode", "op_debug_level", "unknown_x"],
+)
+@pytest.mark.parametrize("sign", [1, -1])
+def test_an_integer_past_pythons_digit_limit_is_an_answer_not_an_exception(
+    option: str, sign: int
+) -> None:
+    """str() refuses ints of over 4,300 digits (ValueError): an in-process caller's int that
+    long is refused on its option like any other out of range (R-HCT-1 and the like), its
+    message showing its size, not its digits."""
+    result = resolve(ResolveRequest(product="atlas-a2", config={option: sign * 10**5000}))
+    assert not result.ok
+    [error] = result.errors
+    assert (error.option, error.code) == (
+        (option, Code.INVALID_VALUE) if option != "unknown_x" else (option, Code.UNKNOWN_OPTION)
+    )
+    assert len(error.message) < 300
 
 
 @FAST

@@ -63,15 +63,23 @@ _SCALAR_TEXT: Final[dict[type, Callable[[Any], str]]] = {
 encoder for every int it writes)."""
 
 
+def _key_text(name: str) -> str:
+    """A key as canonical_json() writes it in an object: any other type than str (fingerprint()
+    is public, and json takes an int, float, bool or None key) as the string json makes of it."""
+    if type(name) is str:
+        return _string_text(name)
+    return canonical_json({name: 0})[1:-3]  # '{"1":0}' -> '"1"', or json's own TypeError
+
+
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
     if kind not in _KEPT:  # an object or list (an OrderedDict too), a float: not kept
-        return f"{canonical_json(name)}:{_value_text(value)}"
+        return f"{_key_text(name)}:{_value_text(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
-        text = f"{_string_text(name)}:{_SCALAR_TEXT[kind](value)}"
+        text = f"{_key_text(name)}:{_SCALAR_TEXT[kind](value)}"
         if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text

@@ -462,7 +462,7 @@ def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG
 def _parse_policy(text: str, source: str, catalog: Catalog) -> Policy:
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # a TOMLDecodeError, or an int past str()'s digit limit
         raise PolicyError(source, [f"invalid TOML: {exc}"]) from None
     profiles, problems = _read_tables(data, catalog)
     if not profiles and not problems:

@@ -34,6 +34,8 @@ CUT_DEPTH: Final = 4 * MAX_CONFIG_DEPTH
 json can read or write (about a thousand levels) travels cut there: every reader refuses it as
 nested too deep all the same, so the answer is the one in process."""
 MAX_SHOWN: Final = 60
+_MAX_QUOTED_BITS: Final = 192
+"""An int this long (58 digits) is still repeated whole in a message's fix."""
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
 _FALSE: Final = frozenset({"false", "False", "FALSE", "0"})
@@ -82,7 +84,10 @@ def _json_text(value: JSON) -> str:
     if isinstance(value, list):
         return "[...]" if value else "[]"
     if isinstance(value, _SHOWN_AS_STR):
-        return str(value)
+        try:
+            return str(value)
+        except ValueError:  # an int past Python's digit limit for str() (4,300 by default)
+            return f"<an integer of {value.bit_length()} bits>"  # type: ignore[union-attr]
     return _brief(value)
 
 
@@ -293,7 +298,9 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
                     option,
                     raw,
                     "a number JSON can carry exactly (within ±2^53)",
-                    fix=f"write {str(raw)!r}",
+                    fix="write it in quotes, as a string"
+                    if raw.bit_length() > _MAX_QUOTED_BITS
+                    else f"write {str(raw)!r}",
                 )
             return str(raw), True
         if kind is OptType.STR and isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
@@ -314,7 +321,7 @@ def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
 
 def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
     words = [str(c) for c in choices]
-    text = str(value)
+    text = _json_text(value) if isinstance(value, int) else str(value)  # never a huge int's str
     for word in words:
         if word.lower() == text.lower():
             return word

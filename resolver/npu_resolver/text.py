@@ -2,7 +2,9 @@
 
 The client and the server check configs with these same functions before they reach the core,
 so that a config refused in process (too deep, too wide, not JSON, a key written twice, text
-that is not Unicode) is refused in the same words when it travels.
+that is not Unicode) is refused in the same words when it travels. `read_request` is for a
+request a decoder has just read (every field of its type, each dict its own): it skips the
+constructor's checks and copies, so anything else must go through ResolveRequest(...).
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ K = TypeVar("K", bound=Hashable)
 MEMO_ENTRIES: Final = 4096
 """Bound of each memo table (a few hundred kB each); a full table is emptied and refilled with
 what recurs."""
+MAX_MEMO_BYTES: Final = 2048
+"""Longer pieces are written anew each time, never kept: a caller's megabyte-long value, kept
+in 4,096 entries, would pin gigabytes (and such values rarely recur)."""
 
 _SMALL: Final = tuple(bytes((n,)) for n in range(128))
 _double: Final = struct.Struct("<d").pack
@@ -169,9 +172,10 @@ class _Memo(dict[K, bytes]):
 
     def __missing__(self, key: K) -> bytes:
         encoded = self._encode(key)
-        if len(self) >= MEMO_ENTRIES:
-            self.clear()
-        self[key] = encoded
+        if len(encoded) <= MAX_MEMO_BYTES:
+            if len(self) >= MEMO_ENTRIES:
+                self.clear()
+            self[key] = encoded
         return encoded
 
 
@@ -223,22 +227,15 @@ def _path_key(name: str) -> bytes:
     return _text(b"\x0a", name) + b"\x12"
 
 
-_PATH_KEYS: Final[dict[str, bytes]] = {}
+_PATH_KEYS: Final = _Memo(_path_key)
 
 
 def _path_entry(name: str, path: str) -> bytes:
     """A `paths` map entry of ResolveResponse (field 6), with its tag and length. The path is
     not memoized: paths follow the job's workdir, new with every job."""
-    head = _PATH_KEYS.get(name)
-    if head is None:
-        head = _path_key(name)
-        if len(_PATH_KEYS) < MEMO_ENTRIES:
-            _PATH_KEYS[name] = head
     data = path.encode()
-    size = len(data)
-    entry = head + (_SMALL[size] if size < 128 else varint(size)) + data
-    size = len(entry)
-    return b"\x32" + (_SMALL[size] if size < 128 else varint(size)) + entry
+    entry = _PATH_KEYS[name] + varint(len(data)) + data
+    return b"\x32" + varint(len(entry)) + entry
 
 
 _OPTIONS: Final = _Memo(_option_entry)
@@ -261,7 +258,8 @@ call after call. Each holds its Provenance, so an id is checked against a live o
 
 
 def _provenances(provenance: Mapping[str, Provenance]) -> tuple[list[bytes], bool]:
-    """The entries' bytes, and whether each was memoized (so depends on its object alone)."""
+    """The entries' bytes, and whether each was memoized (so depends on its object alone, and
+    is short)."""
     memo = _PROVENANCE
     same = _SAME_PROVENANCE
     scalars = _MEMO_REQUESTED
@@ -280,18 +278,23 @@ def _provenances(provenance: Mapping[str, Provenance]) -> tuple[list[bytes], boo
             kept = False
             continue
         encoded = memo[key]
+        out.append(encoded)
+        if len(encoded) > MAX_MEMO_BYTES:  # not kept by the memo either
+            kept = False
+            continue
         if len(same) >= MEMO_ENTRIES:
             same.clear()
         same[name, id(entry)] = (entry, encoded)
-        out.append(encoded)
     return out, kept
 
 
 _BlockKey = tuple[tuple[str, ...], tuple[int, ...]]
 _PROVENANCE_BLOCKS: Final[dict[_BlockKey, tuple[tuple[Provenance, ...], bytes]]] = {}
 MAX_BLOCKS: Final = 512
-"""Whole provenance maps kept (a few kB each): one per product, mode and set of options a
+"""Whole provenance maps kept (one to two kB each): one per product, mode and set of options a
 caller's jobs keep setting, whatever values they give."""
+MAX_BLOCK_BYTES: Final = 16 * 1024
+"""A longer map (its records asked for long values) is not kept: 512 of them stay 8 MiB."""
 
 
 def _provenance_block(provenance: Mapping[str, Provenance]) -> bytes:
@@ -305,7 +308,7 @@ def _provenance_block(provenance: Mapping[str, Provenance]) -> bytes:
         return seen[1]
     parts, kept = _provenances(provenance)
     encoded = b"".join(parts)
-    if kept:  # each record is immutable, its bytes its own: the map can be kept
+    if kept and len(encoded) <= MAX_BLOCK_BYTES:  # immutable records, their own bytes
         if len(_PROVENANCE_BLOCKS) >= MAX_BLOCKS:
             _PROVENANCE_BLOCKS.clear()
         _PROVENANCE_BLOCKS[key] = (entries, encoded)

@@ -243,7 +243,7 @@ def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
 
 
 async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
-    """The answer of a handler body that awaits (ReloadPolicy, ResolveBatch, Diff)."""
+    """The answer of a handler body that awaits (ReloadPolicy and ResolveBatch)."""
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
