@@ -640,6 +640,8 @@ def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_a
     assert columns("\u0e01\u0e31") == 1  # Thai: a consonant and a vowel sign above it
     assert columns("\u0915\u0941") == 1  # Devanagari: a consonant and a vowel sign below it
     assert columns("\u2764\ufe0f") == 1  # a variation selector takes no column
+    assert columns("\u1112\u1161\u11ab") == 2  # Hangul jamo: one syllable, as "\ud55c"
+    assert columns("\ud55c") == 2
 
 
 def test_diff_columns_stay_aligned_with_wide_characters_in_values() -> None:

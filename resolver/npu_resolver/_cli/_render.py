@@ -42,12 +42,18 @@ def columns(text: str) -> int:
 
 
 def _char_columns(char: str) -> int:
-    if unicodedata.category(char) in _ZERO_WIDTH:
+    if unicodedata.category(char) in _ZERO_WIDTH or _is_joining_jamo(char):
         return 0
     return 2 if unicodedata.east_asian_width(char) in "WF" else 1
 
 
 _ZERO_WIDTH: Final = frozenset({"Mn", "Me"})
+
+
+def _is_joining_jamo(char: str) -> bool:
+    """A Hangul medial vowel or final consonant (U+1160 to U+11FF, U+D7B0 to U+D7FF): it joins
+    the wide initial consonant before it into one syllable, two columns in all."""
+    return "\u1160" <= char <= "\u11ff" or "\ud7b0" <= char <= "\ud7ff"
 
 
 def padded(text: str, width: int) -> str:
