@@ -6,12 +6,11 @@ the per-request work is dictionary look-ups rather than re-deriving gates and de
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source, is_text
+from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source, closest, is_text
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
@@ -223,8 +222,7 @@ class Catalog:
 
     def suggest(self, name: str) -> str:
         """The closest option name, for UNKNOWN_OPTION."""
-        close = difflib.get_close_matches(name.lower(), self.by_name, n=1, cutoff=0.6)
-        return close[0] if close else ""
+        return closest(name.lower(), self.by_name)
 
     def __contains__(self, name: object) -> bool:
         return name in self.by_name

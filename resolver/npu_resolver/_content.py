@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ._cross import dynamic_shape
-from ._model import Code
+from ._model import Code, printable
 from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._state import State
 
@@ -243,7 +243,7 @@ def apply_content_rules(
         if option not in CONTENT_RULES:
             state.emit(
                 Code.INVALID_VALUE,
-                f"attachments.{option}"[:120],
+                printable(f"attachments.{option[:120]}")[:120],  # the key may hold a surrogate
                 "",
                 f"an attachment came for {option[:100]!r}, which names no file; attach only for "
                 f"{', '.join(CONTENT_RULES)}.",

@@ -102,6 +102,11 @@ def describe_option(
 ) -> dict[str, Any]:
     """`product` (an id or alias) narrows the per-product part to one product; an unknown one
     raises ValueError naming the known ids and the closest."""
+    if not isinstance(option, Option):
+        raise TypeError(
+            f"describe_option() takes an Option (CATALOG.by_name[name]), not "
+            f"{type(option).__name__}"
+        )
     pid = _product(product)
     pids = [pid] if pid else [p.id for p in PRODUCTS]
     return {

@@ -7,10 +7,11 @@ so that the CLI's JSON and the proto3 JSON mapping agree key for key.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
@@ -19,6 +20,8 @@ JSON = Any
 
 CATALOG_VERSION: Final = "900"
 MAX_EXACT_INT: Final = 2**53
+"""Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
+an answer must read back as it was given, so larger ones are refused."""
 MAX_MEMO_TEXT: Final = 1024
 """Memo tables keep only strings this short (the paths memo, twice this in all): 4,096 entries
 of a KiB or two stay a few MiB, where a caller's megabyte-long paths would pin gigabytes."""
@@ -89,13 +92,22 @@ def _brackets_close(text: str) -> bool:
     return not stack and not in_string
 
 
+MAX_SUGGESTED_TEXT: Final = 256
+"""Longer than any name or value a suggestion could be for: such a text gets none (difflib's
+work grows with its length, seconds for megabytes)."""
+
+
+def closest(text: str, words: Iterable[str], cutoff: float = 0.6) -> str:
+    """The word `text` most likely misspells, or ""."""
+    if len(text) > MAX_SUGGESTED_TEXT:
+        return ""
+    found = difflib.get_close_matches(text, words, n=1, cutoff=cutoff)
+    return found[0] if found else ""
+
+
 def printable(value: str) -> str:
     """A caller's string fit to be echoed: lone surrogates written as backslash escapes."""
     return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode()
-
-
-"""Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
-an answer must read back as it was given, so larger ones are refused."""
 
 
 class Severity(enum.StrEnum):
@@ -210,6 +222,10 @@ class Diagnostic:
             message=str(data.get("message", "")),
             suggestion=str(data.get("suggestion", "")),
         )
+
+
+def _or_empty(value: JSON) -> JSON:
+    return {} if value is None else value
 
 
 def _setters(cls: type, *names: str) -> tuple[Callable[[object, Any], None], ...]:
@@ -361,9 +377,10 @@ class ResolveRequest:
         unknown = set(data) - _REQUEST_KEYS
         if unknown:
             raise ValueError(f"unknown request field(s): {', '.join(sorted(unknown))}")
-        config = data.get("config") or {}
-        env = data.get("env") or {}
-        attachments = data.get("attachments") or {}
+        # Absent or null is empty; any other value must be an object ([] or 0 is a mistake).
+        config = _or_empty(data.get("config"))
+        env = _or_empty(data.get("env"))
+        attachments = _or_empty(data.get("attachments"))
         if not isinstance(config, Mapping):
             raise ValueError("'config' must be an object of option name to value")
         if not isinstance(env, Mapping) or not all(

@@ -6,7 +6,6 @@ derived values, rounding, cross-option rules, effective paths. No I/O happens he
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,12 +20,14 @@ from ._gates import apply_gates
 from ._model import (
     JSON,
     MAX_MEMO_TEXT,
+    MAX_SUGGESTED_TEXT,
     Code,
     Diagnostic,
     Provenance,
     Resolution,
     ResolveRequest,
     Severity,
+    closest,
     printable,
     resolution,
 )
@@ -81,27 +82,27 @@ def config_refused(
 
 
 def unknown_product(text: str) -> Diagnostic:
-    close = difflib.get_close_matches(alias_key(text), _ALIAS_WORDS, n=1, cutoff=0.6)
+    close = closest(alias_key(text), _ALIAS_WORDS) if len(text) <= MAX_SUGGESTED_TEXT else ""
     return Diagnostic(
         Severity.ERROR,
         Code.UNKNOWN_PRODUCT,
         "product",
         "",
         f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}.",
-        _ALIAS_WORDS[close[0]] if close else "",
+        _ALIAS_WORDS[close] if close else "",
     )
 
 
 def _unknown_profile(profile: str, known: tuple[str, ...]) -> Diagnostic:
     listed = ", ".join(known) if known else "none (no policy is loaded)"
-    close = difflib.get_close_matches(profile, known, n=1)
+    close = closest(profile, known)
     return Diagnostic(
         Severity.ERROR,
         Code.UNKNOWN_PROFILE,
         "profile",
         "",
         f"profile {show(printable(profile))} is not in the policy; known profiles: {listed}.",
-        close[0] if close else "",
+        close,
     )
 
 

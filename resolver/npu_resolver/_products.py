@@ -125,12 +125,18 @@ _ALIASES: Final = _build_alias_table()
 
 
 _SEEN: dict[str, str | None] = {}
+_MAX_NAME: Final = 256
+"""Longer than any product name: such a text names none (and is not kept)."""
 
 
 def product_id(text: str) -> str | None:
     """The canonical id for an id, display name or SoC string; None when unknown."""
+    if type(text) is not str:  # a subclass (in process only): what it holds, not its methods
+        text = str.__str__(text)
     if text in _SEEN:
         return _SEEN[text]
+    if len(text) > _MAX_NAME:
+        return None
     found = _ALIASES.get(alias_key(text))
     if len(_SEEN) < 1024:  # callers send a handful of spellings; never grow unbounded
         _SEEN[text] = found

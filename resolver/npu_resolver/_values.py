@@ -7,7 +7,6 @@ else is an INVALID_VALUE or OUT_OF_RANGE error naming the option, the value and 
 from __future__ import annotations
 
 import datetime
-import difflib
 import math
 import re
 import reprlib
@@ -15,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._model import JSON, MAX_EXACT_INT, Code, is_text
+from ._model import JSON, MAX_EXACT_INT, Code, closest, is_text
 from ._schema import Option, OptType
 
 if TYPE_CHECKING:
@@ -62,14 +61,14 @@ class Parsed:
 
 
 def show(value: JSON) -> str:
-    """A value as the caller wrote it, cut short for messages."""
-    text = repr(value) if isinstance(value, str) else _json_text(value)
+    """A value as the caller wrote it, cut short for messages. A str, int or float subclass (in
+    process only) is shown by the base type's own method: its own may raise or lie."""
+    text = str.__repr__(value) if isinstance(value, str) else _json_text(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
-_SHOWN_AS_STR: Final = (int, float, datetime.date, datetime.time)  # TOML has dates
-"""A tuple, as the other isinstance() class lists here: `int | float | ...` would build a
-union at each call, which costs more than the whole check."""
+_DATES: Final = frozenset({datetime.date, datetime.datetime, datetime.time})
+"""TOML's dates and times (a policy's values), shown as str() writes them."""
 
 
 def _json_text(value: JSON) -> str:
@@ -83,11 +82,15 @@ def _json_text(value: JSON) -> str:
         return "{...}" if value else "{}"
     if isinstance(value, list):
         return "[...]" if value else "[]"
-    if isinstance(value, _SHOWN_AS_STR):
+    if isinstance(value, int):
         try:
-            return str(value)
-        except ValueError:  # an int past Python's digit limit for str() (4,300 by default)
-            return f"<an integer of {value.bit_length()} bits>"  # type: ignore[union-attr]
+            return int.__repr__(value)
+        except ValueError:  # past Python's digit limit for str() (4,300 by default)
+            return f"<an integer of {int.bit_length(value)} bits>"
+    if isinstance(value, float):
+        return float.__repr__(value)
+    if type(value) in _DATES:
+        return str(value)
     return _brief(value)
 
 
@@ -256,8 +259,24 @@ def _invalid(
 _NUMBERS: Final = (int, float)
 
 
-def _coerce(option: Option, raw: JSON) -> tuple[JSON, bool] | Problem:
+def _plain(raw: JSON) -> JSON:
+    """A str, int or float subclass (in process only: an enum member, say) as the plain value
+    it holds, so that it is checked and answered like one whatever its own methods say."""
+    kind = type(raw)
+    if kind is str or kind is int or kind is float or kind is bool:
+        return raw
+    if isinstance(raw, str):
+        return str.__str__(raw)
+    if isinstance(raw, int):
+        return int.__int__(raw)
+    if isinstance(raw, float):
+        return float.__float__(raw)
+    return raw
+
+
+def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
     """The value in the option's own type, and whether it had to be converted."""
+    raw = _plain(given)
     kind = option.type
     if kind is OptType.INT:
         if isinstance(raw, bool):
@@ -325,8 +344,7 @@ def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
     for word in words:
         if word.lower() == text.lower():
             return word
-    close = difflib.get_close_matches(text, words, n=1, cutoff=0.5)
-    return close[0] if close else ""
+    return closest(text, words, cutoff=0.5)
 
 
 def parse(

@@ -1,0 +1,115 @@
+"""What an in-process caller can hand the core that no wire request can carry: subclasses of
+str, int and float (an enum member, say), with their own methods, and keys and names of any
+length. Each is answered as the plain value it holds, with a structured diagnostic, and none
+changes the answer to anyone else's request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from npu_resolver import CATALOG, Code, ResolveRequest, _products, describe_option, resolve
+
+
+class Big(int):
+    """An int subclass, nothing more."""
+
+
+class Loud(int):
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+    __repr__ = __str__
+
+
+class Shy(str):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+
+class Lying(str):
+    def casefold(self) -> str:
+        return "atlasa2"
+
+
+def _errors(config: dict[str, Any]) -> list[tuple[str, Code]]:
+    return [(d.option, d.code) for d in resolve(ResolveRequest("atlas-a2", config)).errors]
+
+
+@pytest.mark.parametrize("option", ["stream_sync_timeout", "iterations_per_loop", "hccl_timeout"])
+@pytest.mark.parametrize("value", [2**60, 10**5000], ids=["past 2^53", "past str()'s limit"])
+def test_an_int_subclass_is_held_to_the_2_53_bound_as_an_int_is(option: str, value: int) -> None:
+    """Refused on its option like the plain int (R-HCT-1 and the like), never taken past the
+    bound a JSON number carries, never a ValueError from str()."""
+    assert (
+        _errors({option: Big(value)}) == _errors({option: value}) == [(option, Code.INVALID_VALUE)]
+    )
+
+
+def test_an_int_subclass_within_range_is_answered_as_a_plain_int() -> None:
+    answer = resolve(ResolveRequest("atlas-a2", {"hccl_timeout": Big(900)}))
+    assert answer.ok and type(answer.options["hccl_timeout"]) is int
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("precision_mode", Shy("zz")),
+        ("op_debug_level", Loud(9)),
+        ("debug_dir", Loud(9)),
+        ("hccl_timeout", Shy("abc")),
+    ],
+    ids=["str choice", "int choice", "int for a path", "str for an int"],
+)
+def test_a_subclass_whose_own_repr_or_str_raises_gets_its_diagnostic(
+    option: str, value: Any
+) -> None:
+    assert _errors({option: value}) == [(option, Code.INVALID_VALUE)]
+
+
+def test_a_str_subclass_product_does_not_change_the_answer_for_the_plain_name() -> None:
+    """Product names are kept by the text they hold: a subclass with its own casefold() is read
+    as that text, and a plain caller of the same name gets the same answer after it."""
+    first = resolve(ResolveRequest(Lying("bogus-product")))
+    again = resolve(ResolveRequest("bogus-product"))
+    assert [d.code for d in first.errors] == [d.code for d in again.errors]
+    assert [d.code for d in again.errors] == [Code.UNKNOWN_PRODUCT]
+    assert resolve(ResolveRequest(Shy("atlas-a2"))).product == "atlas-a2"
+
+
+def test_a_long_product_name_is_unknown_at_once_and_not_kept() -> None:
+    _products._SEEN.clear()
+    name = "Atlas A2" + " " * 100_000
+    answer = resolve(ResolveRequest(name))
+    assert [d.code for d in answer.errors] == [Code.UNKNOWN_PRODUCT]
+    assert answer.errors[0].suggestion == ""  # no fuzzy match over 100,000 characters
+    assert name not in _products._SEEN
+    assert resolve(ResolveRequest("Atlas A2")).product == "atlas-a2"
+    assert "Atlas A2" in _products._SEEN
+
+
+def test_an_attachment_for_an_unknown_key_with_a_lone_surrogate_is_named_printably() -> None:
+    answer = resolve(ResolveRequest("atlas-a2", attachments={"\ud800": "x"}))
+    [error] = answer.errors
+    assert error.code is Code.INVALID_VALUE
+    assert error.option == "attachments.\\ud800"
+    answer.to_json()  # every string of the answer can be sent
+    str(error.option).encode()
+
+
+@pytest.mark.parametrize("field", ["config", "env", "attachments"])
+@pytest.mark.parametrize("value", [[], 0, ""])
+def test_from_json_refuses_a_falsy_value_of_the_wrong_type(field: str, value: Any) -> None:
+    """Only absent or null means empty: [] or 0 for an object is the caller's mistake."""
+    with pytest.raises(ValueError, match=field):
+        ResolveRequest.from_json({"product": "atlas-a2", field: value})
+    assert ResolveRequest.from_json({"product": "atlas-a2", field: None}) == ResolveRequest(
+        "atlas-a2"
+    )
+
+
+def test_describe_option_says_what_it_takes() -> None:
+    with pytest.raises(TypeError, match="takes an Option"):
+        describe_option("hccl_timeout")  # type: ignore[arg-type]
+    assert describe_option(CATALOG.by_name["hccl_timeout"])["name"] == "hccl_timeout"
