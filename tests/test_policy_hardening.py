@@ -304,6 +304,50 @@ def test_an_integer_past_pythons_digit_limit_is_a_policy_error_not_a_crash() -> 
     assert "digits" in str(caught.value)
 
 
+def test_a_value_wider_than_a_jobs_config_may_be_is_refused_at_load() -> None:
+    """Taken, it would give answers no job could send back (not a fixpoint)."""
+    wide = "{" + ",".join(f"k{i} = 1" for i in range(10_001)) + "}"
+    with pytest.raises(PolicyError, match=r"dump_config: the value is too big for a job's config"):
+        parse_policy(f"[profiles.default.defaults]\ndump_config = {wide}\n")
+
+
+@pytest.mark.parametrize("value", ["nan", "-inf", "1e400", "[inf]", "{a = nan}"])
+@pytest.mark.parametrize("kind", ["defaults", "locked"])
+def test_nan_for_an_option_no_product_supports_is_refused_at_load_r_erp_1(
+    value: str, kind: str
+) -> None:
+    """No product supports enable_reduce_precision in this version, so no product's check read
+    the value; every job it reached refused it, blaming the caller. Refused at load instead,
+    with the words and rule a job would have got."""
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(f"[profiles.default.{kind}]\nenable_reduce_precision = {value}\n")
+    assert "NaN and infinities" in str(caught.value) and "(R-ERP-1)" in str(caught.value)
+    parse_policy(f"[profiles.default.{kind}]\nenable_reduce_precision = 1\n")  # still taken
+
+
+def test_tables_written_under_another_name_of_the_product_make_another_version() -> None:
+    """Answers quote the table as written; a file renamed so must not share cached answers."""
+    by_id = parse_policy("[profiles.default.products.atlas-a2.locked]\nop_debug_level = 0\n")
+    by_name = parse_policy('[profiles.default.products."Atlas A2".locked]\nop_debug_level = 0\n')
+    assert by_id.canonical_text == by_name.canonical_text
+    assert by_id.version != by_name.version
+    assert (
+        by_id.version
+        == parse_policy("[profiles.default.products.atlas-a2.locked]\nop_debug_level = 0\n").version
+    )
+
+
+def test_a_policy_file_beginning_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf[profiles.default.defaults]\nhccl_timeout = 900\n")
+    assert load_policy(path).layer("default", "atlas-a2").defaults["hccl_timeout"].value == 900  # type: ignore[union-attr]
+
+
+def test_parse_policy_says_it_takes_text() -> None:
+    with pytest.raises(TypeError, match="takes the policy's text"):
+        parse_policy(b"[profiles.default.defaults]\n")  # type: ignore[arg-type]
+
+
 def test_policy_check_of_a_deep_file_exits_2_with_the_message(tmp_path: Path) -> None:
     deep = tmp_path / "deep.toml"
     deep.write_text(DEEP_ARRAYS, encoding="utf-8")

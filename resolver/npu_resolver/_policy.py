@@ -33,7 +33,7 @@ from ._model import JSON, Code, Resolution, ResolveRequest, Severity
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
-from ._values import Problem, parse, show
+from ._values import Problem, config_shape, parse, show
 
 KINDS: Final = ("defaults", "locked")
 MAX_POLICY_BYTES: Final = 1024 * 1024
@@ -85,7 +85,8 @@ class _Profile:
 
 
 class Policy:
-    """A validated policy; `version` is a short hash of its canonical content."""
+    """A validated policy; `version` is a short hash of its canonical content and of its
+    tables' paths as written."""
 
     def __init__(self, profiles: Mapping[str, _Profile], source: str, catalog: Catalog) -> None:
         self.source = source
@@ -100,7 +101,12 @@ class Policy:
             for name, profile in sorted(profiles.items())
         }
         self.canonical_text = json.dumps(content, sort_keys=True, indent=2, ensure_ascii=False)
-        self.version = hashlib.sha256(self.canonical_text.encode()).hexdigest()[:12]
+        # Answers quote a table by its path as written ("Atlas A2" or atlas-a2): two files of
+        # the same content under other names answer differently, so their versions differ too
+        # (an answer cached under one must not be served under the other).
+        paths = sorted(t.path for profile in profiles.values() for t in profile.tables.values())
+        hashed = json.dumps([self.canonical_text, paths], ensure_ascii=False)
+        self.version = hashlib.sha256(hashed.encode()).hexdigest()[:12]
         self._layers = {
             (name, pid): self._layer(profile, pid, catalog)
             for name, profile in profiles.items()
@@ -181,13 +187,18 @@ def _on_products(pids: Collection[str], all_of_them: str) -> str:
 def _check_value(
     catalog: Catalog, table: str, key: str, value: JSON, *, pids: list[str], scoped: bool
 ) -> list[str]:
+    shape = config_shape({key: value})
+    if shape is not None:  # a job's config could not hold it: the answer would not read back
+        return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
     problems = []
+    unchecked = list(pids)
     for pid in pids:
         view = catalog.view(pid, Mode.TRAINING)[key]
         if not view.product_ok or view.option.unsupported_version:
             if scoped:
                 problems.append(f"[{table}] {key}: the option does not exist on {pid}")
             continue
+        unchecked.clear()
         parsed = parse(view, value, product=pid)
         if isinstance(parsed, Problem):
             problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
@@ -199,6 +210,13 @@ def _check_value(
                 f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
             )
             break
+    if unchecked and not problems:
+        # An option no product here has: its value still reaches every job, which refuses it
+        # if no config could hold it (NaN, say); refused here instead, with the same words.
+        pid = unchecked[0]
+        parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
+        if isinstance(parsed, Problem):
+            problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
     return problems
 
 
@@ -450,6 +468,11 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
 
 def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG) -> Policy:
     """A Policy from TOML text; PolicyError lists every problem with table and key."""
+    if not isinstance(text, str):
+        raise TypeError(
+            f"parse_policy() takes the policy's text (str), not {type(text).__name__}; "
+            "load_policy() reads a file"
+        )
     try:
         return _parse_policy(text, source, catalog)
     except RecursionError:
@@ -622,7 +645,7 @@ def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
     raw = read_policy_bytes(path)
     digest = content_digest(raw)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")  # a byte order mark, as editors write
     except UnicodeDecodeError as exc:
         raise PolicyError(source, [f"not UTF-8 at byte {exc.start}"], digest=digest) from None
     try:
