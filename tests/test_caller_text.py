@@ -95,6 +95,61 @@ def test_one_bad_batch_item_does_not_lose_the_others(grpc_target: str) -> None: 
     assert reply.results[1].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
 
 
+_UNREADABLE_ITEM: bytes = b"\x0a\x02\xff\xfe"  # a ResolveRequest whose product is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [b"", b"\x78\x01", b"\x12\x01x"],
+    ids=["items only", "an unknown varint field", "an unknown string field"],
+)
+def test_an_unreadable_batch_item_fails_alone_whatever_other_fields_the_batch_has(
+    grpc_target: str,  # noqa: F811
+    extra: bytes,
+) -> None:
+    """A newer client may add batch-level fields: one item the decoder cannot read still fails
+    alone beside them, as the proto promises."""
+    good = pb.ResolveRequest(product="atlas-a2", validate_only=True).SerializeToString()
+    batch = (
+        pb.ResolveBatchRequest(requests=[pb.ResolveRequest.FromString(good)]).SerializeToString()
+        + b"\x0a"
+        + bytes((len(_UNREADABLE_ITEM),))
+        + _UNREADABLE_ITEM
+        + extra
+    )
+    reply = pb.ResolveBatchResponse.FromString(_raw(grpc_target, "ResolveBatch", batch))
+    assert [item.WhichOneof("result") for item in reply.results] == ["response", "status"]
+    assert reply.results[1].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+def test_a_batch_protobuf_calls_corrupt_is_refused_as_a_unary_call_is(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """A key written as a 6-byte varint (over-long: keys are 32-bit) is corrupt to protobuf's
+    parser; the walk that cuts a batch into items refuses it too, rather than answer it."""
+    item = pb.ResolveRequest(product="atlas-a2", validate_only=True).SerializeToString()
+    batch = b"\x8a\x80\x80\x80\x80\x00" + bytes((len(item),)) + item + _UNREADABLE_ITEM
+    with pytest.raises(grpc.RpcError) as caught:
+        _raw(grpc_target, "ResolveBatch", batch)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_client_batch_takes_any_iterable_of_requests(grpc_target: str) -> None:  # noqa: F811
+    """A generator is read once: every answer comes back, paired with its request."""
+    from npu_resolver_client import AsyncResolverClient, ResolverClient
+
+    requests = [ResolveRequest("atlas-a2", {"hccl_timeout": 600 + i}) for i in range(3)]
+    with ResolverClient(grpc_target) as client:
+        results = client.resolve_batch(r for r in requests)
+    assert [r.options["hccl_timeout"] for r in results] == [600, 601, 602]  # type: ignore[union-attr]
+
+    async def in_async() -> list[Any]:
+        async with AsyncResolverClient(grpc_target) as client:
+            return await client.resolve_batch(iter(requests))
+
+    assert len(asyncio.run(in_async())) == 3
+
+
 def test_a_key_written_twice_in_config_json_is_refused_naming_it(
     grpc_target: str,  # noqa: F811
 ) -> None:

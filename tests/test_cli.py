@@ -634,6 +634,12 @@ def test_table_columns_stay_aligned_with_wide_characters_in_values() -> None:
     assert any("/数据/作业/第一" in row for row in rows)
 
 
+def test_an_env_name_that_is_not_utf8_is_the_one_named() -> None:
+    proc = run("resolve", "--product", "atlas-a2", "--env", "X\udcff=1")  # argv bytes X\xff
+    assert proc.returncode == 2
+    assert "--env: the name 'X\\\\udcff' is not valid UTF-8 text" in proc.stderr  # as --set's
+
+
 def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_all() -> None:
     assert columns("/w") == 2 and columns("/数据") == 5
     assert columns("e\u0301") == 1  # e and a combining acute accent

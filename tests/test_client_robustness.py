@@ -546,3 +546,17 @@ def test_a_call_with_no_deadline_asks_again_for_its_report_with_none() -> None:
     assert ask is not None and ask[1] == math.inf and ask[0].validate_only
     timed = client_module._report_ask(error, message, 5.0, time.monotonic())
     assert timed is not None and 0 < timed[1] <= 5.0
+
+
+def test_a_batch_reply_with_another_count_of_results_is_an_error_not_a_short_list() -> None:
+    """Each result answers the request at its place: a reply that lost or added one cannot be
+    paired, and pairing what is left would hand answers to the wrong requests."""
+    request = ResolveRequest("atlas-a2")
+    item = pb.ResolveBatchResult(response=resolution_to_proto(resolve(request)))
+    for results in ([item], [item, item, item]):
+        reply = pb.ResolveBatchResponse(results=results)
+        with pytest.raises(ResolverCallError, match=f"answered {len(results)} results for 2"):
+            client_module._batch_results(reply, [request, request])
+    assert (
+        len(client_module._batch_results(pb.ResolveBatchResponse(results=[item]), [request])) == 1
+    )

@@ -23,7 +23,7 @@ import json
 import math
 import numbers
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -303,11 +303,22 @@ def _restored(resolution: Resolution | None, request: ResolveRequest) -> Resolut
     return None if resolution is None else restore_callers_values(resolution, request)
 
 
+def _batch(requests: list[ResolveRequest]) -> pb.ResolveBatchRequest:
+    """The batch of `requests`: a list, read once here and once for the answers (an iterator
+    would be spent by the first read, and every answer dropped)."""
+    return pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
+
+
 def _batch_results(
     response: pb.ResolveBatchResponse, requests: Sequence[ResolveRequest]
 ) -> list[Resolution | ResolveFailure]:
+    if len(response.results) != len(requests):  # a reply that lost or invented answers
+        raise ResolverCallError(
+            grpc.StatusCode.INTERNAL,
+            f"ResolveBatch answered {len(response.results)} results for {len(requests)} requests",
+        )
     out: list[Resolution | ResolveFailure] = []
-    for index, (item, request) in enumerate(zip(response.results, requests, strict=False)):
+    for index, (item, request) in enumerate(zip(response.results, requests, strict=True)):
         if item.WhichOneof("result") == "response":
             out.append(restore_callers_values(resolution_from_proto(item.response), request))
         else:
@@ -561,10 +572,10 @@ class ResolverClient:
         return report
 
     def resolve_batch(
-        self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
+        self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
-        batch = pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
-        return _batch_results(self._call("ResolveBatch", batch, timeout), requests)
+        asked = list(requests)
+        return _batch_results(self._call("ResolveBatch", _batch(asked), timeout), asked)
 
     def diff(
         self,
@@ -764,10 +775,10 @@ class AsyncResolverClient:
         return report
 
     async def resolve_batch(
-        self, requests: Sequence[ResolveRequest], *, timeout: float | None = None
+        self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
-        batch = pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
-        return _batch_results(await self._call("ResolveBatch", batch, timeout), requests)
+        asked = list(requests)
+        return _batch_results(await self._call("ResolveBatch", _batch(asked), timeout), asked)
 
     async def diff(
         self,

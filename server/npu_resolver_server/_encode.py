@@ -90,32 +90,40 @@ def _fields(raw: bytes) -> list[tuple[int, int, int, int]] | None:
     try:
         while pos < end:
             start = pos
-            key, pos = _read_varint(raw, pos)
+            key, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
             kind = key & 7
             if kind == 2:
-                size, pos = _read_varint(raw, pos)
+                size, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
                 payload, pos = pos, pos + size
             elif kind == 0:
-                payload, pos = pos, _read_varint(raw, pos)[1]
+                payload, pos = pos, _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
             elif kind in (1, 5):
                 payload, pos = pos, pos + (8 if kind == 1 else 4)
             else:
                 return None
             out.append((key, start, payload, pos))
-    except IndexError:  # cut short inside a varint
+    except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
         return None
     return out if pos == end else None
 
 
-def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+_MAX_KEY_BYTES: Final = 5
+"""A field's key and a length are 32-bit: protobuf's parser refuses a longer varint for them
+(even one padded with zeros), so this walk does too."""
+_MAX_VARINT_BYTES: Final = 10
+
+
+def _read_varint(raw: bytes, pos: int, limit: int) -> tuple[int, int]:
     value = shift = 0
-    while True:
+    last = pos + limit
+    while pos < last:
         byte = raw[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 128:
             return value, pos
         shift += 7
+    raise IndexError("varint too long")
 
 
 def _text(tag: bytes, text: str) -> bytes:

@@ -434,9 +434,12 @@ class ResolverService:
             items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
         except _RefusedError:
             # An item the decoder cannot read (its config too deep, text that is not UTF-8):
-            # each item is read, and answered, on its own, as the proto promises.
-            if item_bytes is None or without_field(raw, 1) != b"":
+            # each item is read, and answered, on its own, as the proto promises, as long as
+            # the rest of the batch (fields a newer client may add) reads.
+            rest = without_field(raw, 1)
+            if item_bytes is None or rest is None:
                 raise
+            parse(pb.ResolveBatchRequest, rest)
             items = [None] * len(item_bytes)
         if len(items) > MAX_BATCH_ITEMS:  # each item holds the event loop: refuse, fast
             raise _RefusedError(

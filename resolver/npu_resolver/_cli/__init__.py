@@ -273,9 +273,11 @@ def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
     if args.inherit_env:
         env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
     env.update(dict(_pairs(args.env, "--env")))
-    for name, value in env.items():
-        if not (is_text(name) and is_text(value)):  # bytes that are not UTF-8, from argv
-            raise UsageError(f"{printable(name)}: {printable(value)!r} is not valid UTF-8 text")
+    for name, value in env.items():  # bytes that are not UTF-8, from argv
+        if not is_text(name):
+            raise UsageError(f"--env: the name {printable(name)!r} is not valid UTF-8 text")
+        if not is_text(value):
+            raise UsageError(f"{name}: {printable(value)!r} is not valid UTF-8 text")
     return ResolveRequest(
         product=product,
         config=config,
