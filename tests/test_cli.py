@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -1020,3 +1021,32 @@ def test_version_names_the_program_and_the_catalog() -> None:
     assert proc.returncode == 0 and proc.stderr == ""
     program = version("npu-config-resolver")
     assert proc.stdout == f"npu-resolve {program} (catalog {CATALOG_VERSION})\n"
+
+
+def test_a_named_pipe_no_process_writes_to_is_refused_not_waited_on_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy loader refuses such a pipe; --config and --attach wait a while for a writer
+    (as `<(command)` has at once) and then say so, rather than hang the command."""
+    from npu_resolver import _cli
+
+    monkeypatch.setattr(_cli, "WRITER_WAIT_S", 0.2)
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(_cli.UsageError, match=r"named pipe no process wrote to within 0\.2 s"):
+        _cli._read_at_most(str(fifo), "config", 100)
+
+    def write() -> None:
+        with open(fifo, "w", encoding="utf-8") as pipe:
+            pipe.write('{"hccl_timeout": 900}')
+
+    monkeypatch.setattr(_cli, "WRITER_WAIT_S", 30.0)
+    writer = threading.Timer(0.1, write)
+    writer.start()
+    try:
+        assert _cli._read_config(str(fifo)) == {"hccl_timeout": 900}
+    finally:
+        writer.join(10)
+        if writer.is_alive():  # the read failed first: let the writer's open return
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join()

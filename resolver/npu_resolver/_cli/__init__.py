@@ -12,6 +12,8 @@ import contextlib
 import json
 import os
 import re
+import select
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -178,11 +180,36 @@ def _read_at_most(path: str, what: str, size: int) -> bytes:
                 return stdin.read(size).encode("utf-8", "surrogateescape")[:size]
             data: bytes = buffer.read(size)
             return data
-        with open(path, "rb") as file:
+        with open(_opened(path, what), "rb") as file:
             return file.read(size)
     except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageError(f"cannot read {what} {_named(path)}: {reason}") from exc
+
+
+WRITER_WAIT_S: Final = 30.0
+"""How long a named pipe may stay without a writer (`<(command)` has one at once)."""
+
+
+def _opened(path: str, what: str) -> int:
+    """The file's descriptor, open for blocking reads. A named pipe no process writes to would
+    block the open (and the command) forever: it is opened without waiting, and refused when
+    no writer has written or closed within WRITER_WAIT_S."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            waiting = select.poll()
+            waiting.register(fd, select.POLLIN | select.POLLHUP)
+            if not waiting.poll(int(WRITER_WAIT_S * 1000)):
+                raise UsageError(
+                    f"cannot read {what} {path}: it is a named pipe no process wrote to "
+                    f"within {WRITER_WAIT_S:g} s"
+                )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
