@@ -311,6 +311,15 @@ def test_a_value_wider_than_a_jobs_config_may_be_is_refused_at_load() -> None:
         parse_policy(f"[profiles.default.defaults]\ndump_config = {wide}\n")
 
 
+def test_a_value_nested_too_deep_is_refused_by_its_options_own_rule_r_dist_1() -> None:
+    """Depth is the option's own check: the policy names its rule and its bound (16)."""
+    deep = "1"
+    for _ in range(18):
+        deep = "{a = " + deep + "}"
+    with pytest.raises(PolicyError, match=r"nested at most 16 deep.*\(R-DIST-1\)"):
+        parse_policy(f"[profiles.default.defaults]\ndistribute = {deep}\n")
+
+
 @pytest.mark.parametrize("value", ["nan", "-inf", "1e400", "[inf]", "{a = nan}"])
 @pytest.mark.parametrize("kind", ["defaults", "locked"])
 def test_nan_for_an_option_no_product_supports_is_refused_at_load_r_erp_1(

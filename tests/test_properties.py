@@ -170,8 +170,11 @@ def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) 
 def test_fingerprint_of_any_mapping_json_can_write() -> None:
     """fingerprint() is public: a mapping whose keys json writes (an int key, say) hashes as
     its canonical JSON (json writes such a key as a string), memoized or not."""
+    # 1, True and 1.0 are one dict key but three JSON keys: none may take another's text.
     cases: tuple[dict[Any, Any], ...] = (
         {1: 5},
+        {True: 5},
+        {1.0: 5},
         {2: [1]},
         {1.5: None},
         {"a": 1, "b": [1, {"c": None}]},

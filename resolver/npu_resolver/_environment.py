@@ -28,12 +28,12 @@ def read_env(
         if text is None:
             continue
         view = state.view[option.name]
-        # Plain text only: a str subclass equal to a kept text may strip (or compare) otherwise.
-        plain = type(text) is str
-        parsed = view.env_texts.get(text) if plain else None
+        if type(text) is not str:  # a subclass (in process only): what it holds, not its
+            text = str.__str__(text)  # own strip() or __eq__
+        parsed = view.env_texts.get(text)
         if parsed is None:
             parsed = parse(view, text.strip(), product=state.pid, from_text=True)
-            if plain and len(text) <= MAX_MEMO_TEXT and len(view.env_texts) < _MAX_ENV_TEXTS:
+            if len(text) <= MAX_MEMO_TEXT and len(view.env_texts) < _MAX_ENV_TEXTS:
                 view.env_texts[text] = parsed
         if isinstance(parsed, Problem):
             invalid[option.name] = (var, parsed)

@@ -74,7 +74,9 @@ def _key_text(name: str) -> str:
 def fragment(name: str, value: JSON) -> str:
     """'"name":value' in canonical JSON, memoized for the scalar values that keep recurring."""
     kind = type(value)
-    if kind not in _KEPT:  # an object or list (an OrderedDict too), a float: not kept
+    if kind not in _KEPT or type(name) is not str:
+        # An object or list (an OrderedDict too), a float: not kept; nor a key of another
+        # type (1, True and 1.0 are one dict key, but json writes them apart).
         return f"{_key_text(name)}:{_value_text(value)}"
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)

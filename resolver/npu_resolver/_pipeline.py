@@ -82,6 +82,7 @@ def config_refused(
 
 
 def unknown_product(text: str) -> Diagnostic:
+    text = str.__str__(text)  # a subclass (in process only): what it holds, not its methods
     close = closest(alias_key(text), _ALIAS_WORDS) if len(text) <= MAX_SUGGESTED_TEXT else ""
     return Diagnostic(
         Severity.ERROR,

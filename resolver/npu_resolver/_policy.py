@@ -40,6 +40,8 @@ MAX_POLICY_BYTES: Final = 1024 * 1024
 DEEP_NESTING: Final = 100
 """Levels of arrays or inline tables from which a value is named as the culprit when the
 parser runs out of recursion depth."""
+_ANY_DEPTH: Final = 1 << 30
+"""No bound: config_shape() then judges a value's width alone."""
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -187,7 +189,8 @@ def _on_products(pids: Collection[str], all_of_them: str) -> str:
 def _check_value(
     catalog: Catalog, table: str, key: str, value: JSON, *, pids: list[str], scoped: bool
 ) -> list[str]:
-    shape = config_shape({key: value})
+    # Depth is the option's own check (with its rule); width is the config's alone.
+    shape = config_shape({key: value}, max_depth=_ANY_DEPTH)
     if shape is not None:  # a job's config could not hold it: the answer would not read back
         return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
     problems = []

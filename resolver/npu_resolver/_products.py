@@ -126,7 +126,7 @@ _ALIASES: Final = _build_alias_table()
 
 _SEEN: dict[str, str | None] = {}
 _MAX_NAME: Final = 256
-"""Longer than any product name: such a text names none (and is not kept)."""
+"""A longer text is still looked up (spaces do not count), but not kept."""
 
 
 def product_id(text: str) -> str | None:
@@ -135,9 +135,8 @@ def product_id(text: str) -> str | None:
         text = str.__str__(text)
     if text in _SEEN:
         return _SEEN[text]
-    if len(text) > _MAX_NAME:
-        return None
     found = _ALIASES.get(alias_key(text))
-    if len(_SEEN) < 1024:  # callers send a handful of spellings; never grow unbounded
+    # Callers send a handful of spellings: kept while short and few, never grown unbounded.
+    if len(_SEEN) < 1024 and len(text) <= _MAX_NAME:
         _SEEN[text] = found
     return found

@@ -187,24 +187,28 @@ def _read_at_most(path: str, what: str, size: int) -> bytes:
         raise UsageError(f"cannot read {what} {_named(path)}: {reason}") from exc
 
 
-WRITER_WAIT_S: Final = 30.0
-"""How long a named pipe may stay without a writer (`<(command)` has one at once)."""
+WRITER_NOTICE_S: Final = 5.0
+"""How long a named pipe may stay silent before the command says what it is waiting for."""
 
 
 def _opened(path: str, what: str) -> int:
-    """The file's descriptor, open for blocking reads. A named pipe no process writes to would
-    block the open (and the command) forever: it is opened without waiting, and refused when
-    no writer has written or closed within WRITER_WAIT_S."""
+    """The file's descriptor, open for blocking reads. Opening a named pipe waits for a writer,
+    silently and for ever if no process writes to it: it is opened without waiting, and when
+    nothing is written within WRITER_NOTICE_S the command says on stderr what it waits for
+    (a slow `<(command)` is still read whole), then waits on."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
             waiting = select.poll()
             waiting.register(fd, select.POLLIN | select.POLLHUP)
-            if not waiting.poll(int(WRITER_WAIT_S * 1000)):
-                raise UsageError(
-                    f"cannot read {what} {path}: it is a named pipe no process wrote to "
-                    f"within {WRITER_WAIT_S:g} s"
+            if not waiting.poll(int(WRITER_NOTICE_S * 1000)):
+                print(
+                    f"npu-resolve: waiting for {what} from the named pipe {printable(path)}: "
+                    "nothing is written to it yet (Ctrl-C stops)",
+                    file=sys.stderr,
+                    flush=True,
                 )
+                waiting.poll()
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
