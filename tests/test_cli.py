@@ -208,6 +208,29 @@ def test_explain_shows_rules_defaults_and_source_wording() -> None:
     assert "整除" in proc.stdout  # the source's own wording
 
 
+@pytest.mark.parametrize("option", ["debug_dir", "op_compiler_cache_dir", "work_path"])
+def test_explain_names_the_answer_path_of_a_folder_option_with_no_fixed_default(
+    option: str,
+) -> None:
+    """R-DBG-1, R-AOE-5 and the cache folder's rule choose the folder when it is not set: the
+    answer's paths entry holds it, set or not, and explain says which entry."""
+    from npu_resolver import ResolveRequest, resolve
+    from npu_resolver._paths import FOLDER_OPTIONS, PATH_KEYS
+
+    key = FOLDER_OPTIONS[option]
+    assert key in PATH_KEYS
+    proc = run("explain", option, "--product", "atlas-a2")
+    assert proc.returncode == 0, proc.stderr
+    assert f"in an answer: paths.{key} holds the folder in effect" in proc.stdout
+    config: dict[str, Any] = {option: "/set/here"}
+    if option == "work_path":
+        config["aoe_mode"] = "2"  # R-AOE-1: AOE acts only with a mode
+    answer = resolve(ResolveRequest("atlas-a2", config, workdir="/job"))
+    assert answer.paths[key].startswith("/set/here")  # the cache: its kernel_cache folder
+    unset = resolve(ResolveRequest("atlas-a2", {"aoe_mode": "2"}, workdir="/job"))
+    assert unset.paths[key].startswith(("/job", "<home>"))
+
+
 def test_explain_json_carries_file_format_example() -> None:
     proc = run("explain", "op_debug_config", "--json")
     data = json.loads(proc.stdout)

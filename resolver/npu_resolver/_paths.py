@@ -23,6 +23,13 @@ PATH_KEYS: Final = (
     "aoe_work_path",
 )
 """Every effective path an answer may hold, in the order answers list them."""
+FOLDER_OPTIONS: Final = {
+    "debug_dir": "debug_dir",
+    "op_compiler_cache_dir": "op_cache_dir",
+    "work_path": "aoe_work_path",
+}
+"""Options naming a folder with no fixed default (their rules choose one from the job's
+environment and workdir): the folder in effect, set or not, is the answer's paths entry."""
 
 
 def _join(*parts: str) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._catalog import CATALOG
 from .._describe import describe_option
 from .._model import CATALOG_VERSION, JSON
+from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
 from ._render import columns, padded, shown
 
@@ -118,6 +119,10 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
         lines.append(
             f"  {pid_:<16} {modes:<20} {defaults:<34} {allowed or 'any'}"
             + (f"; {'; '.join(notes)}" if notes else "")
+        )
+    if name in FOLDER_OPTIONS:
+        lines.append(
+            f"  in an answer: paths.{FOLDER_OPTIONS[name]} holds the folder in effect, set or not"
         )
     lines.append("")
     lines.append("  rules:")
