@@ -8,7 +8,7 @@ from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, MAX_MEMO_TEXT, Code
+from ._model import JSON, MAX_MEMO_TEXT, Code, plain_text
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse
 
@@ -28,8 +28,7 @@ def read_env(
         if text is None:
             continue
         view = state.view[option.name]
-        if type(text) is not str:  # a subclass (in process only): what it holds, not its
-            text = str.__str__(text)  # own strip() or __eq__
+        text = plain_text(text)
         parsed = view.env_texts.get(text)
         if parsed is None:
             parsed = parse(view, text.strip(), product=state.pid, from_text=True)

@@ -81,7 +81,7 @@ def fragment(name: str, value: JSON) -> str:
     key = (name, kind, value)
     text = _FRAGMENTS.get(key)
     if text is None:
-        text = f"{_key_text(name)}:{_SCALAR_TEXT[kind](value)}"
+        text = f"{_string_text(name)}:{_SCALAR_TEXT[kind](value)}"
         if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
             _FRAGMENTS[key] = text
     return text

@@ -105,6 +105,12 @@ def closest(text: str, words: Iterable[str], cutoff: float = 0.6) -> str:
     return found[0] if found else ""
 
 
+def plain_text(text: str) -> str:
+    """The text a str subclass holds (in process only), as a plain str: read by str's own
+    methods, never by the subclass's strip(), casefold() or __eq__."""
+    return text if type(text) is str else str.__str__(text)
+
+
 def printable(value: str) -> str:
     """A caller's string fit to be echoed: lone surrogates written as backslash escapes."""
     return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode()

@@ -28,6 +28,7 @@ from ._model import (
     ResolveRequest,
     Severity,
     closest,
+    plain_text,
     printable,
     resolution,
 )
@@ -82,7 +83,7 @@ def config_refused(
 
 
 def unknown_product(text: str) -> Diagnostic:
-    text = str.__str__(text)  # a subclass (in process only): what it holds, not its methods
+    text = plain_text(text)
     close = closest(alias_key(text), _ALIAS_WORDS) if len(text) <= MAX_SUGGESTED_TEXT else ""
     return Diagnostic(
         Severity.ERROR,

@@ -194,14 +194,14 @@ def _check_value(
     if shape is not None:  # a job's config could not hold it: the answer would not read back
         return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
     problems = []
-    unchecked = list(pids)
+    parsed_on_a_product = False
     for pid in pids:
         view = catalog.view(pid, Mode.TRAINING)[key]
         if not view.product_ok or view.option.unsupported_version:
             if scoped:
                 problems.append(f"[{table}] {key}: the option does not exist on {pid}")
             continue
-        unchecked.clear()
+        parsed_on_a_product = True
         parsed = parse(view, value, product=pid)
         if isinstance(parsed, Problem):
             problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
@@ -213,10 +213,10 @@ def _check_value(
                 f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
             )
             break
-    if unchecked and not problems:
+    if pids and not parsed_on_a_product and not problems:
         # An option no product here has: its value still reaches every job, which refuses it
         # if no config could hold it (NaN, say); refused here instead, with the same words.
-        pid = unchecked[0]
+        pid = pids[0]
         parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
         if isinstance(parsed, Problem):
             problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from ._model import plain_text
+
 
 class Family(enum.StrEnum):
     NEW = "new"
@@ -131,8 +133,7 @@ _MAX_NAME: Final = 256
 
 def product_id(text: str) -> str | None:
     """The canonical id for an id, display name or SoC string; None when unknown."""
-    if type(text) is not str:  # a subclass (in process only): what it holds, not its methods
-        text = str.__str__(text)
+    text = plain_text(text)
     if text in _SEEN:
         return _SEEN[text]
     found = _ALIASES.get(alias_key(text))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._model import JSON, MAX_EXACT_INT, Code, closest, is_text
+from ._model import JSON, MAX_EXACT_INT, Code, closest, is_text, plain_text
 from ._schema import Option, OptType
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ def _plain(raw: JSON) -> JSON:
     if kind is str or kind is int or kind is float or kind is bool:
         return raw
     if isinstance(raw, str):
-        return str.__str__(raw)
+        return plain_text(raw)
     if isinstance(raw, int):
         return int.__int__(raw)
     if isinstance(raw, float):
@@ -340,7 +340,7 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
 
 def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
     words = [str(c) for c in choices]
-    text = _json_text(value) if isinstance(value, int) else str(value)  # never a huge int's str
+    text = str(value)  # a plain value (see _plain) within ±2^53
     for word in words:
         if word.lower() == text.lower():
             return word
