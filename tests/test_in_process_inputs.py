@@ -127,3 +127,79 @@ def test_describe_option_says_what_it_takes() -> None:
     with pytest.raises(TypeError, match="takes an Option"):
         describe_option("hccl_timeout")  # type: ignore[arg-type]
     assert describe_option(CATALOG.by_name["hccl_timeout"])["name"] == "hccl_timeout"
+
+
+class Touchy(str):
+    """Compares and orders only by raising: a dict lookup on an equal hash would call it."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    def __lt__(self, other: object) -> bool:
+        raise RuntimeError("lt")
+
+    __hash__ = str.__hash__
+
+
+class Unhashable(int):
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+
+class Sealed(dict[str, Any]):
+    """A dict whose own views raise: only its storage is read."""
+
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter")
+
+
+def _plain_answer(config: dict[str, Any], **fields: Any) -> Any:
+    return resolve(ResolveRequest("atlas-a2", config, **fields)).to_json()
+
+
+@pytest.mark.parametrize(
+    ("config", "plain"),
+    [
+        ({"precision_mode_v2": Touchy("mixed_float16")}, {"precision_mode_v2": "mixed_float16"}),
+        ({Touchy("hccl_timeout"): 900}, {"hccl_timeout": 900}),
+        ({"hccl_timeout": Unhashable(900)}, {"hccl_timeout": 900}),
+        ({"graph_run_mode": Unhashable(0)}, {"graph_run_mode": 0}),
+        (
+            {"dump_config": {Touchy("enable_dump"): [Touchy("x"), Unhashable(1)]}},
+            {"dump_config": {"enable_dump": ["x", 1]}},
+        ),
+        ({"experimental_config": Sealed(a=1)}, {"experimental_config": {"a": 1}}),
+    ],
+    ids=["value", "key", "int value", "mode", "nested", "dict subclass"],
+)
+def test_a_subclass_whose_hash_eq_or_views_raise_is_answered_as_its_plain_value(
+    config: dict[str, Any], plain: dict[str, Any]
+) -> None:
+    """resolve() never raises on caller input: a value's own __hash__, __eq__, __lt__ or
+    items() never runs inside the resolver, which reads the plain value it holds."""
+    assert _plain_answer(config) == _plain_answer(plain)
+
+
+def test_env_attachments_and_workdir_subclasses_are_read_as_plain_text() -> None:
+    env = {Touchy("HCCL_EXEC_TIMEOUT"): Touchy("900")}
+    attachments = {Touchy("modify_mixlist"): Touchy("{}")}
+    config = {"modify_mixlist": "/job/mixlist.json", "precision_mode_v2": "mixed_float16"}
+    odd = _plain_answer(config, env=env, attachments=attachments, workdir=Touchy("/job"))
+    plain = _plain_answer(
+        config,
+        env={"HCCL_EXEC_TIMEOUT": "900"},
+        attachments={"modify_mixlist": "{}"},
+        workdir="/job",
+    )
+    assert odd == plain
+    assert odd["options"]["hccl_timeout"] == 900
+
+
+def test_a_self_referencing_value_is_refused_as_too_deep_not_walked_forever() -> None:
+    looped: dict[str, Any] = {}
+    looped["again"] = looped
+    answer = resolve(ResolveRequest("atlas-a2", {"dump_config": Sealed(loop=looped)}))
+    assert [(d.option, d.code) for d in answer.errors] == [("config", Code.INVALID_VALUE)]

@@ -9,7 +9,10 @@ from ._catalog import CATALOG, Catalog, CatalogError
 from ._fingerprint import fingerprint
 from ._model import (
     CATALOG_VERSION,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_ITEMS,
     MAX_EXACT_INT,
+    MAX_OBJECT_DEPTH,
     Code,
     Diagnostic,
     Provenance,
@@ -22,7 +25,6 @@ from ._paths import PATH_KEYS
 from ._pipeline import config_refused, resolve, unresolved
 from ._products import PRODUCTS, Family, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
-from ._values import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS, MAX_OBJECT_DEPTH
 
 _LAZY = {
     "describe_catalog": "_describe",

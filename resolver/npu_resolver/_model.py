@@ -22,6 +22,14 @@ CATALOG_VERSION: Final = "900"
 MAX_EXACT_INT: Final = 2**53
 """Integers beyond ±2^53 do not survive JSON or protobuf's Struct (numbers are doubles there):
 an answer must read back as it was given, so larger ones are refused."""
+MAX_OBJECT_DEPTH: Final = 16
+"""Nesting of an object value. A server reads configs two levels deeper (the config, and one
+level too deep), so the core judges every object the wire carries, as it does in process."""
+MAX_CONFIG_DEPTH: Final = MAX_OBJECT_DEPTH + 2
+"""JSON nesting levels in a whole config: the config, and one level beyond what an option's
+value may have, so that an option one level too deep is reported on that option."""
+MAX_CONFIG_ITEMS: Final = 10_000
+"""Keys and list items in a whole config, all levels together."""
 MAX_MEMO_TEXT: Final = 1024
 """Memo tables keep only strings this short (the paths memo, twice this in all): 4,096 entries
 of a KiB or two stay a few MiB, where a caller's megabyte-long paths would pin gigabytes."""
@@ -109,6 +117,47 @@ def plain_text(text: str) -> str:
     """The text a str subclass holds (in process only), as a plain str: read by str's own
     methods, never by the subclass's strip(), casefold() or __eq__."""
     return text if type(text) is str else str.__str__(text)
+
+
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def plain_json(value: JSON) -> JSON:
+    """`value` in plain types (in process only): a str, int or float subclass (an enum member,
+    say) as the value it holds, a dict or list subclass as a plain dict or list, keys too, so
+    that no method of a caller's own type (a __hash__ or __eq__ that raises) runs inside the
+    resolver. Nothing is copied where nothing changes. Past the depth and width a config may
+    have, a value is left as it is: the resolver refuses it without reading it."""
+    budget = [MAX_CONFIG_ITEMS + 1]
+    return _plain_json(value, MAX_CONFIG_DEPTH + 1, budget)
+
+
+def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # bool cannot be subclassed
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if depth <= 0 or not isinstance(value, (dict, list)):
+        return value  # too deep to be read, or not JSON: the resolver says which
+    budget[0] -= len(value)
+    if budget[0] < 0:
+        return value  # too wide to be read: refused as a whole
+    if isinstance(value, list):
+        items = list(list.__iter__(value))
+        plain = [_plain_json(item, depth - 1, budget) for item in items]
+        changed = kind is not list or any(p is not i for p, i in zip(plain, items, strict=True))
+        return plain if changed else value
+    pairs = list(dict.items(value))
+    plain_pairs = [(_plain_json(k, 0, budget), _plain_json(v, depth - 1, budget)) for k, v in pairs]
+    changed = kind is not dict or any(
+        pk is not k or pv is not v for (pk, pv), (k, v) in zip(plain_pairs, pairs, strict=True)
+    )
+    return dict(plain_pairs) if changed else value
 
 
 def printable(value: str) -> str:
@@ -340,8 +389,10 @@ class ResolveRequest:
         """Every field but the config has one type, checked here (a TypeError naming the
         field); the config may hold anything, and the resolver reports what it cannot take."""
         for name in ("product", "workdir", "profile"):
-            if not isinstance(getattr(self, name), str):
+            text = getattr(self, name)
+            if not isinstance(text, str):
                 raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
+            object.__setattr__(self, name, plain_text(text))
         for name in ("strict", "validate_only"):
             flag = getattr(self, name)
             if type(flag) is not bool:
@@ -350,7 +401,12 @@ class ResolveRequest:
                 object.__setattr__(self, name, bool(flag))
         if not isinstance(self.config, Mapping):
             raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
-        object.__setattr__(self, "config", dict(self.config))
+        config = dict(self.config)
+        if not (
+            _PLAIN.issuperset(map(type, config)) and _PLAIN.issuperset(map(type, config.values()))
+        ):
+            config = plain_json(config)  # a subclass's own methods never run in the resolver
+        object.__setattr__(self, "config", config)
         for name in ("env", "attachments"):
             entries = getattr(self, name)
             if not isinstance(entries, Mapping):
@@ -361,7 +417,12 @@ class ResolveRequest:
                         f"ResolveRequest.{name} maps str to str; it holds a "
                         f"{type(key).__name__} key with a {type(value).__name__} value"
                     )
-            object.__setattr__(self, name, dict(entries))
+            copied = dict(entries)
+            if not _PLAIN.issuperset(map(type, copied)) or not _PLAIN.issuperset(
+                map(type, copied.values())
+            ):
+                copied = {plain_text(k): plain_text(v) for k, v in copied.items()}
+            object.__setattr__(self, name, copied)
 
     def to_json(self) -> dict[str, JSON]:
         return {

@@ -14,20 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._model import JSON, MAX_EXACT_INT, Code, closest, is_text, plain_text
+from ._model import (
+    JSON,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_ITEMS,
+    MAX_EXACT_INT,
+    MAX_OBJECT_DEPTH,
+    Code,
+    closest,
+    is_text,
+    plain_text,
+)
 from ._schema import Option, OptType
 
 if TYPE_CHECKING:
     from ._catalog import OptionView
 
-MAX_OBJECT_DEPTH: Final = 16
-"""Nesting of an object value. A server reads configs two levels deeper (the config, and one
-level too deep), so the core judges every object the wire carries, as it does in process."""
-MAX_CONFIG_DEPTH: Final = MAX_OBJECT_DEPTH + 2
-"""JSON nesting levels in a whole config: the config, and one level beyond what an option's
-value may have, so that an option one level too deep is reported on that option."""
-MAX_CONFIG_ITEMS: Final = 10_000
-"""Keys and list items in a whole config, all levels together."""
 CUT_DEPTH: Final = 4 * MAX_CONFIG_DEPTH
 """Past the depth the core reads and any reasonable server limit. A config deeper than Python's
 json can read or write (about a thousand levels) travels cut there: every reader refuses it as
