@@ -208,7 +208,7 @@ def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
     tables = (_paths._MEMO, _fingerprint._FRAGMENTS, _pipeline._PROVENANCE)
     before = [len(table) for table in tables]
     for i in range(20):
-        long = f"/job/{i}/" + "d" * 100_000
+        long = f"/job/{i}/" + "d" * 60_000  # within MAX_TEXT_VALUE, far past the memo bound
         answer = resolve(request(long, "600" + " " * (5000 + i)))
         assert answer.ok and answer.paths["debug_dir"] == long
     assert [len(table) for table in tables] == before
@@ -338,3 +338,87 @@ def test_a_text_option_given_an_integer_json_cannot_carry_is_refused_as_in_proce
         if option != "aoe_mode":  # a choice option refuses any other text anyway
             within = ResolveRequest("atlas-350", {option: 2**53})
             assert client.resolve_request(within).to_json() == resolve(within).to_json()
+
+
+PAST_INT_LIMIT = "1" * 4_301
+"""More digits than int() converts from text (4,300 by default)."""
+DIGIT_RUNS: list[tuple[str, dict[str, Any], bool]] = [
+    ("R-ACN-1 cube", {"aicore_num": f"{PAST_INT_LIMIT}|1"}, True),
+    ("R-ACN-1 zeros", {"aicore_num": "0" * 4_300 + "|1"}, False),
+    ("R-ACN-1 padded", {"aicore_num": "0" * 4_300 + "2|4"}, True),
+    ("R-SMP-1", {"stream_max_parallel_num": f"AIcoreEngine:{PAST_INT_LIMIT}"}, True),
+    ("R-SMP-1 zero", {"stream_max_parallel_num": "AIcoreEngine:00"}, False),
+    (
+        "R-DEP-8",
+        {"dynamic_input": True, "dynamic_inputs_shape_range": f"data:[1~{PAST_INT_LIMIT}]"},
+        True,
+    ),
+    (
+        "R-DEP-8 empty",
+        {"dynamic_input": True, "dynamic_inputs_shape_range": f"data:[{PAST_INT_LIMIT}~9]"},
+        False,
+    ),
+    ("R-DEP-8 padded", {"dynamic_input": True, "dynamic_inputs_shape_range": "data:[09~10]"}, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "valid"), [c[1:] for c in DIGIT_RUNS], ids=[c[0] for c in DIGIT_RUNS]
+)
+def test_digit_runs_past_int_limit_are_judged_as_numbers_in_process_and_on_the_wire(
+    grpc_target: str,  # noqa: F811
+    config: dict[str, Any],
+    valid: bool,
+) -> None:
+    """A grammar's counts and bounds are compared as the numbers they write, however many
+    digits: never a ValueError from int(), which a server answered as INTERNAL."""
+    local = resolve(ResolveRequest("atlas-a2", config))
+    assert local.ok is valid
+    assert all(d.code is Code.INVALID_VALUE and d.option in config for d in local.errors)
+    text = json.dumps(config)
+    request = pb.ResolveRequest(product="atlas-a2", config_json=text, validate_only=True)
+    reply = pb.ResolveResponse.FromString(_raw(grpc_target, "Resolve", request.SerializeToString()))
+    assert reply.ok is valid and reply.fingerprint == local.fingerprint
+
+
+def test_a_policy_value_past_int_limit_in_a_grammar_loads_as_its_number_says() -> None:
+    from npu_resolver import PolicyError, parse_policy
+
+    good = parse_policy(
+        f'[profiles.default.products.atlas-a2.defaults]\naicore_num = "{PAST_INT_LIMIT}|1"\n'
+    )
+    assert good.version
+    with pytest.raises(PolicyError, match="aicore_num"):
+        parse_policy(
+            f'[profiles.default.products.atlas-a2.defaults]\naicore_num = "{"0" * 4_300}|1"\n'
+        )
+
+
+@pytest.mark.parametrize(
+    ("option", "text"),
+    [
+        ("dynamic_inputs_shape_range", "data:[" + "1," * 2_000_000 + "x]"),
+        ("debug_dir", "/" + "\uf900" * 1_330_000 + "!"),
+        ("enable_scope_fusion_passes", "P," * 40_000),
+    ],
+    ids=["grammar", "path", "list"],
+)
+def test_a_string_value_past_the_length_bound_is_refused_on_its_option(
+    option: str, text: str
+) -> None:
+    """Read before any grammar, so that a 4 MB value cannot hold a server for seconds."""
+    from npu_resolver._model import MAX_TEXT_VALUE
+
+    answer = resolve(ResolveRequest("atlas-a2", {option: text, "dynamic_input": True}))
+    [error] = answer.errors
+    assert (error.option, error.code) == (option, Code.INVALID_VALUE)
+    assert error.rule and f"at most {MAX_TEXT_VALUE:,} characters" in error.message
+    assert f"it has {len(text):,}" in error.message
+
+
+def test_a_path_at_the_length_bound_is_taken() -> None:
+    from npu_resolver._model import MAX_TEXT_VALUE
+
+    path = "/" + "d" * (MAX_TEXT_VALUE - 1)
+    answer = resolve(ResolveRequest("atlas-a2", {"debug_dir": path}))
+    assert answer.ok and answer.options["debug_dir"] == path

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from npu_resolver import MAX_OBJECT_DEPTH, Source
+from npu_resolver import MAX_OBJECT_DEPTH, PRODUCTS, Source
 from npu_resolver._cli._render import columns
 
 CLI = [sys.executable, "-m", "npu_resolver._cli"]
@@ -373,8 +373,10 @@ def test_diff_with_an_unknown_product_is_the_same_report_through_a_server(
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(
     grpc_target: str, tmp_path: Path
 ) -> None:
-    config = _config_file(tmp_path, {"debug_dir": "/" + "d" * 2_500_000})
-    proc = run("resolve", "--product", "atlas-a2", "--config", config, "--server", grpc_target)
+    """A 1 MB object, well within a request, in each of five columns of a diff: over 4 MiB."""
+    config = _config_file(tmp_path, {"distribute": {"note": "d" * 1_000_000}})
+    products = [arg for p in PRODUCTS for arg in ("--product", p.id)]
+    proc = run("diff", *products, "--config", config, "--server", grpc_target)
     assert proc.returncode == 2
     assert "RESOURCE_EXHAUSTED" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -5,6 +5,7 @@ changes the answer to anyone else's request."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -203,3 +204,115 @@ def test_a_self_referencing_value_is_refused_as_too_deep_not_walked_forever() ->
     looped["again"] = looped
     answer = resolve(ResolveRequest("atlas-a2", {"dump_config": Sealed(loop=looped)}))
     assert [(d.option, d.code) for d in answer.errors] == [("config", Code.INVALID_VALUE)]
+
+
+class Incomparable:
+    """A key whose comparisons raise, hashed as an option name is."""
+
+    def __hash__(self) -> int:
+        return hash("hccl_timeout")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    def __lt__(self, other: object) -> bool:
+        raise RuntimeError("lt")
+
+    def __repr__(self) -> str:
+        return "Incomparable()"
+
+
+class Falsy:
+    """A value whose == answers with something that cannot be a bool (as an array does)."""
+
+    def __eq__(self, other: object) -> Any:
+        return self
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("bool")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {Decimal("NaN"): 1, 2: 1},
+        {Incomparable(): 1},
+        {(Incomparable(), 1): 1, (Incomparable(), 2): 1},
+    ],
+    ids=["stdlib keys that do not order", "a key equal by hash", "tuple keys"],
+)
+def test_keys_that_are_not_text_are_unknown_options_whatever_their_comparisons_do(
+    config: dict[Any, Any],
+) -> None:
+    answer = resolve(ResolveRequest("atlas-a2", config))
+    unknown = [d for d in answer.errors if d.code is Code.UNKNOWN_OPTION]
+    assert len(unknown) == len(answer.errors) == len(config)
+    assert answer.options == resolve(ResolveRequest("atlas-a2")).options
+
+
+def test_a_value_whose_equality_cannot_be_a_bool_gets_its_diagnostic() -> None:
+    assert _errors({"hccl_timeout": Falsy(), "op_debug_config": Falsy()}) == [
+        ("hccl_timeout", Code.INVALID_VALUE),
+        ("op_debug_config", Code.INVALID_VALUE),
+    ]
+
+
+class Walled(dict[str, Any]):
+    def values(self) -> Any:
+        raise RuntimeError("values")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len")
+
+
+def test_a_config_too_wide_to_convert_is_refused_without_its_values_own_methods() -> None:
+    """Past the width bound, values are left as given; the refusal reads only their storage."""
+    config = {"distribute": {"a": list(range(10_001))}, "experimental_config": Walled(a=1)}
+    answer = resolve(ResolveRequest("atlas-a2", config))
+    assert [(d.option, d.code) for d in answer.errors] == [("config", Code.INVALID_VALUE)]
+
+
+class Overridden(dict[str, Any]):
+    """A whole config, env or attachments mapping whose own views raise."""
+
+    def keys(self) -> Any:
+        raise RuntimeError("keys")
+
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter")
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("getitem")
+
+
+def test_a_dict_subclass_as_config_env_or_attachments_is_read_from_its_storage() -> None:
+    odd = ResolveRequest(
+        "atlas-a2",
+        Overridden(hccl_timeout=900),
+        env=Overridden(ASCEND_DEVICE_ID="3"),
+        attachments=Overridden(modify_mixlist="{}"),
+        strict=Unhashable(1),  # type: ignore[arg-type]
+    )
+    plain = ResolveRequest(
+        "atlas-a2",
+        {"hccl_timeout": 900},
+        env={"ASCEND_DEVICE_ID": "3"},
+        attachments={"modify_mixlist": "{}"},
+        strict=True,
+    )
+    assert odd == plain
+    assert resolve(odd).to_json() == resolve(plain).to_json()
+
+
+def test_a_policy_without_a_version_is_a_type_error_naming_the_parameter() -> None:
+    class HalfPolicy:
+        def layer(self, profile: str, product: str) -> None:
+            return None
+
+    with pytest.raises(TypeError, match=r"policy must be an npu_resolver\.Policy"):
+        resolve(ResolveRequest("atlas-a2"), policy=HalfPolicy())  # type: ignore[arg-type]

@@ -10,7 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._model import CATALOG_VERSION, JSON, MAX_EXACT_INT, Provenance, Source, closest, is_text
+from ._model import (
+    CATALOG_VERSION,
+    JSON,
+    MAX_EXACT_INT,
+    MAX_TEXT_VALUE,
+    Provenance,
+    Source,
+    closest,
+    is_text,
+)
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
@@ -144,16 +153,22 @@ def _acceptor(option: Option, rng: Range | None) -> Callable[[JSON], bool]:
         if choices is not None:
             return lambda raw: type(raw) is bool and raw in choices
         return lambda raw: type(raw) is bool
-    if choices is not None:  # text from a list: the list holds only whole text
+    if choices is not None:  # text from a list: the list holds only whole, short text
         if check is not None:
             return lambda raw: type(raw) is str and raw in choices and check(raw) is None
         return lambda raw: type(raw) is str and raw in choices
-    # Free text: a lone surrogate passes every other check, so only here is it looked for.
+    # Free text: a lone surrogate passes every other check, so only here is it looked for;
+    # and only here can it be too long for a grammar to read.
     if check is not None:
         return lambda raw: (
-            type(raw) is str and (raw.isascii() or is_text(raw)) and check(raw) is None
+            type(raw) is str
+            and len(raw) <= MAX_TEXT_VALUE
+            and (raw.isascii() or is_text(raw))
+            and check(raw) is None
         )
-    return lambda raw: type(raw) is str and (raw.isascii() or is_text(raw))
+    return lambda raw: (
+        type(raw) is str and len(raw) <= MAX_TEXT_VALUE and (raw.isascii() or is_text(raw))
+    )
 
 
 def _view(option: Option, pid: str, mode: Mode) -> OptionView:

@@ -41,6 +41,16 @@ SMP_ENGINES: Final = ("DNN_VM_AICPU", "AIcoreEngine")
 IMPLMODE_OPTYPES: Final = ("Pooling", "SoftmaxV2", "LRN", "ROIAlign")
 
 
+def _magnitude(digits: str) -> tuple[int, str]:
+    """A run of decimal digits as a key that orders as its number does, without int(): a
+    caller's run of thousands of digits is past what int() converts (4,300 by default)."""
+    significant = digits.lstrip("0")
+    return len(significant), significant
+
+
+_ONE: Final = _magnitude("1")
+
+
 def _split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
@@ -54,7 +64,7 @@ def stream_max_parallel_num(value: str) -> str | None:
         engine, count = engine.strip(), count.strip()
         if not sep or engine not in SMP_ENGINES:
             return f"'{item}' is not ENGINE:N with ENGINE one of {', '.join(SMP_ENGINES)}"
-        if not _INT.fullmatch(count) or int(count) < 1:
+        if not _INT.fullmatch(count) or _magnitude(count) < _ONE:
             return f"the parallelism of {engine} must be an integer >= 1, got '{count}'"
         if engine in seen:
             return f"{engine} is given twice"
@@ -68,7 +78,7 @@ def aicore_num(value: str) -> str | None:
     cube, sep, vector = value.partition("|")
     if not sep or not _INT.fullmatch(cube.strip()) or not _INT.fullmatch(vector.strip()):
         return "expected 'CUBE|VECTOR' with two integers, e.g. '2|4'"
-    if int(cube) < 1 or int(vector) < 1:
+    if _magnitude(cube.strip()) < _ONE or _magnitude(vector.strip()) < _ONE:
         return "both core counts must be greater than 0"
     return None
 
@@ -118,7 +128,7 @@ def shape_range(value: str) -> str | None:
     if len(set(tags)) != len(tags):
         return "each tag (getnext, data) may appear once"
     for low, high in re.findall(r"([0-9]+)~([0-9]+)", text):
-        if int(low) > int(high):
+        if _magnitude(low) > _magnitude(high):
             return f"the range {low}~{high} is empty"
     return None
 

@@ -30,6 +30,10 @@ MAX_CONFIG_DEPTH: Final = MAX_OBJECT_DEPTH + 2
 value may have, so that an option one level too deep is reported on that option."""
 MAX_CONFIG_ITEMS: Final = 10_000
 """Keys and list items in a whole config, all levels together."""
+MAX_TEXT_VALUE: Final = 65_536
+"""Characters in one string option's value. A path is at most 4,096 bytes on the job's host,
+and a grammar's text (a shape range, a list of passes) far less: a longer value is refused
+before any grammar reads it, so that no request holds a server for seconds."""
 MAX_MEMO_TEXT: Final = 1024
 """Memo tables keep only strings this short (the paths memo, twice this in all): 4,096 entries
 of a KiB or two stay a few MiB, where a caller's megabyte-long paths would pin gigabytes."""
@@ -133,21 +137,22 @@ def plain_json(value: JSON) -> JSON:
 
 
 def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
-    kind = type(value)
+    kind = type(value)  # never isinstance(): it asks the value's own __class__
     if kind in _PLAIN:
         return value
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, int):  # bool cannot be subclassed
+    if issubclass(kind, int):  # bool cannot be subclassed
         return int.__int__(value)
-    if isinstance(value, float):
+    if issubclass(kind, float):
         return float.__float__(value)
-    if depth <= 0 or not isinstance(value, (dict, list)):
+    is_list = issubclass(kind, list)
+    if depth <= 0 or not (is_list or issubclass(kind, dict)):
         return value  # too deep to be read, or not JSON: the resolver says which
-    budget[0] -= len(value)
+    budget[0] -= list.__len__(value) if is_list else dict.__len__(value)
     if budget[0] < 0:
         return value  # too wide to be read: refused as a whole
-    if isinstance(value, list):
+    if is_list:
         items = list(list.__iter__(value))
         plain = [_plain_json(item, depth - 1, budget) for item in items]
         changed = kind is not list or any(p is not i for p, i in zip(plain, items, strict=True))
@@ -158,6 +163,14 @@ def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
         pk is not k or pv is not v for (pk, pv), (k, v) in zip(plain_pairs, pairs, strict=True)
     )
     return dict(plain_pairs) if changed else value
+
+
+def _own(entries: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A copy of a mapping. A dict, or a subclass, is read from its storage: a subclass's own
+    keys(), items() or __getitem__ never run."""
+    if isinstance(entries, dict) and issubclass(type(entries), dict):
+        return dict(dict.items(entries))
+    return dict(entries)
 
 
 def printable(value: str) -> str:
@@ -390,18 +403,18 @@ class ResolveRequest:
         field); the config may hold anything, and the resolver reports what it cannot take."""
         for name in ("product", "workdir", "profile"):
             text = getattr(self, name)
-            if not isinstance(text, str):
+            if not issubclass(type(text), str):
                 raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
             object.__setattr__(self, name, plain_text(text))
         for name in ("strict", "validate_only"):
             flag = getattr(self, name)
             if type(flag) is not bool:
-                if not (isinstance(flag, int) and flag in (0, 1)):
+                if not (issubclass(type(flag), int) and int.__int__(flag) in (0, 1)):
                     raise TypeError(f"ResolveRequest.{name} must be a bool, not {flag!r}")
-                object.__setattr__(self, name, bool(flag))
+                object.__setattr__(self, name, bool(int.__int__(flag)))
         if not isinstance(self.config, Mapping):
             raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
-        config = dict(self.config)
+        config = _own(self.config)
         if not (
             _PLAIN.issuperset(map(type, config)) and _PLAIN.issuperset(map(type, config.values()))
         ):
@@ -411,13 +424,13 @@ class ResolveRequest:
             entries = getattr(self, name)
             if not isinstance(entries, Mapping):
                 raise TypeError(f"ResolveRequest.{name} must be a mapping, not {_kind(self, name)}")
-            for key, value in entries.items():
-                if not (isinstance(key, str) and isinstance(value, str)):
+            copied = _own(entries)
+            for key, value in copied.items():
+                if not (issubclass(type(key), str) and issubclass(type(value), str)):
                     raise TypeError(
                         f"ResolveRequest.{name} maps str to str; it holds a "
                         f"{type(key).__name__} key with a {type(value).__name__} value"
                     )
-            copied = dict(entries)
             if not _PLAIN.issuperset(map(type, copied)) or not _PLAIN.issuperset(
                 map(type, copied.values())
             ):

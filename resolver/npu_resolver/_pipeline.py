@@ -45,6 +45,7 @@ _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULT
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
+_TEXT: Final = frozenset({str})
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
 
 
@@ -123,10 +124,13 @@ def _read_config(
         )
         return explicit
     views, config = state.view, request.config
-    try:
+    if _TEXT.issuperset(map(type, config)):
         names = sorted(config)
-    except TypeError:  # keys that are not all strings: still a structured answer
-        names = sorted(config, key=key_text)
+    else:  # keys that are not text (in process only): unknown options, ordered by their text
+        # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs
+        for shown in sorted(key_text(name) for name in config if type(name) is not str):
+            _unknown_option(state, catalog, shown)
+        names = sorted(name for name in config if type(name) is str)
     for name in names:
         raw = config[name]
         view = views.get(name)
@@ -134,22 +138,9 @@ def _read_config(
             explicit[name] = (raw, raw)
             continue
         if view is None:
-            shown = printable(key_text(name)[:100])
-            suggestion = catalog.suggest(shown)
-            hint = (
-                f"; did you mean {suggestion!r}?"
-                if suggestion
-                else "; `npu-resolve explain` lists the options."
-            )
-            state.emit(
-                Code.UNKNOWN_OPTION,
-                shown,
-                "",
-                f"option {shown!r} is not an NPURunConfig option{hint}",
-                suggestion,
-            )
+            _unknown_option(state, catalog, name)
             continue
-        if raw is None or (raw == "" and view.option.empty_is_unset):
+        if raw is None or (type(raw) is str and not raw and view.option.empty_is_unset):
             state.emit(
                 Code.NORMALIZED,
                 name,
@@ -168,6 +159,23 @@ def _read_config(
             state.report(name, parsed.note)
         explicit[name] = (parsed.value, raw)
     return explicit
+
+
+def _unknown_option(state: State, catalog: Catalog, key: str) -> None:
+    shown = printable(key[:100])
+    suggestion = catalog.suggest(shown)
+    hint = (
+        f"; did you mean {suggestion!r}?"
+        if suggestion
+        else "; `npu-resolve explain` lists the options."
+    )
+    state.emit(
+        Code.UNKNOWN_OPTION,
+        shown,
+        "",
+        f"option {shown!r} is not an NPURunConfig option{hint}",
+        suggestion,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +288,11 @@ def check_arguments(request: object, policy: object, caller: str = "resolve") ->
             f"{type(request).__name__}; build one with ResolveRequest(product=..., config=...) "
             "(or ResolveRequest.from_json(data) for a dict of its fields)"
         )
-    if policy is not None and not callable(getattr(policy, "layer", None)):
+    if policy is not None and not (
+        callable(getattr(policy, "layer", None))
+        and callable(getattr(policy, "profile_names", None))
+        and isinstance(getattr(policy, "version", None), str)
+    ):
         raise TypeError(
             f"{caller}'s policy must be an npu_resolver.Policy, not {type(policy).__name__}; "
             "read the file with load_policy(path) (or parse_policy(text)) and pass that, "

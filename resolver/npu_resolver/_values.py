@@ -20,6 +20,7 @@ from ._model import (
     MAX_CONFIG_ITEMS,
     MAX_EXACT_INT,
     MAX_OBJECT_DEPTH,
+    MAX_TEXT_VALUE,
     Code,
     closest,
     is_text,
@@ -228,18 +229,26 @@ def config_shape(
         return f"more than {max_items} keys and items in all"
     if _FLAT.issuperset(map(type, config.values())):
         return None  # no value holds others: one pass in C
-    level = [v for v in config.values() if type(v) not in _FLAT and isinstance(v, _CONTAINERS)]
+    level = [
+        v for v in config.values() if type(v) not in _FLAT and issubclass(type(v), _CONTAINERS)
+    ]
     depth = 2
     while level:
         if depth > max_depth:
             return f"nested deeper than {max_depth} levels"
         following: list[JSON] = []
         for item in level:
-            items += len(item)
-            following.extend(item.values() if isinstance(item, dict) else item)
+            # By the storage of a dict or list, never by a subclass's own methods (a value
+            # ResolveRequest left as given, being past the bounds, is read here).
+            if issubclass(type(item), dict):
+                items += dict.__len__(item)
+                following.extend(dict.values(item))
+            else:
+                items += list.__len__(item)
+                following.extend(list.__iter__(item))
         if items > max_items:
             return f"more than {max_items} keys and items in all"
-        level = [c for c in following if type(c) not in _FLAT and isinstance(c, _CONTAINERS)]
+        level = [c for c in following if type(c) not in _FLAT and issubclass(type(c), _CONTAINERS)]
         depth += 1
     return None
 
@@ -300,6 +309,13 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
         return _invalid(option, raw, "true or false")
     if kind in (OptType.STR, OptType.PATH):
         if isinstance(raw, str):
+            if len(raw) > MAX_TEXT_VALUE:
+                return _invalid(
+                    option,
+                    raw,
+                    f"a string of at most {MAX_TEXT_VALUE:,} characters",
+                    fix=f"shorten it (it has {len(raw):,})",
+                )
             if not is_text(raw):
                 return _invalid(
                     option,
