@@ -51,6 +51,22 @@ json_values = st.recursive(
 typical_values = st.sampled_from(
     [0, 1, 2, -1, 600, 17340, 2**31, True, False, "1", "0", "auto", "enable", "mixed_float16"]
 )
+digit_runs = st.sampled_from(["0", "1", "00", "-1", "9" * 4_301, "0" * 4_300 + "1"]) | st.integers(
+    0, 10**20
+).map(str)
+GRAMMARS = {
+    "aicore_num": "{a}|{b}",
+    "stream_max_parallel_num": "AIcoreEngine:{a},DNN_VM_AICPU:{b}",
+    "dynamic_inputs_shape_range": "data:[{a}~{b}];getnext:[{b},-1]",
+    "local_device_list": "{a},{b}",
+}
+"""The grammar options whose texts hold numbers (R-ACN-1, R-SMP-1, R-DEP-8, R-LRI-1)."""
+grammar_configs = st.sampled_from(sorted(GRAMMARS)).flatmap(
+    lambda name: st.builds(
+        lambda a, b: {name: GRAMMARS[name].format(a=a, b=b)}, digit_runs, digit_runs
+    )
+)
+"""One of them with digit runs of any length: past 4,300 digits int() refuses to read them."""
 names = st.sampled_from(OPTION_NAMES) | st.text(min_size=1, max_size=30)
 file_texts = st.text(max_size=200) | st.sampled_from(
     [
@@ -68,7 +84,11 @@ file_texts = st.text(max_size=200) | st.sampled_from(
 requests = st.builds(
     ResolveRequest,
     product=st.sampled_from(PRODUCT_NAMES) | st.text(max_size=20),
-    config=st.dictionaries(names, typical_values | json_values, max_size=16),
+    config=st.builds(
+        lambda config, grammar: {**config, **grammar},
+        st.dictionaries(names, typical_values | json_values, max_size=16),
+        st.just({}) | grammar_configs,
+    ),
     env=st.dictionaries(
         st.sampled_from(NAMED_ENV_VARS) | st.text(max_size=12),
         st.sampled_from(["", "0", "1", "600", "/w", "-1"]) | st.text(max_size=20),
