@@ -212,7 +212,9 @@ def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
 def violation_field(option: str) -> str:
     """The google.rpc.BadRequest field that names a diagnostic's `option`: the server writes it,
     and the client rebuilds it for a report it had to ask for again."""
-    if option in ("product", "profile", "config") or option.startswith(("env.", "attachments.")):
+    if option in ("product", "profile", "config", "attachments") or option.startswith(
+        ("env.", "attachments.")
+    ):
         return option
     return f"config.{option}"
 

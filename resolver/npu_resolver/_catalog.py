@@ -14,6 +14,7 @@ from ._model import (
     CATALOG_VERSION,
     JSON,
     MAX_EXACT_INT,
+    MAX_MEMO_TEXT,
     MAX_TEXT_VALUE,
     Provenance,
     Source,
@@ -213,6 +214,9 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
     )
 
 
+MAX_KEPT_SUGGESTIONS: Final = 4096
+
+
 class Catalog:
     """The option table of one source version, validated, with precomputed views."""
 
@@ -224,6 +228,7 @@ class Catalog:
         if problems:
             raise CatalogError("; ".join(problems))
         self._views: dict[tuple[str, Mode], View] = {}
+        self._suggested: dict[str, str] = {}
         self.env_options: Mapping[str, Option] = {o.env: o for o in options if o.env}
 
     def view(self, pid: str, mode: Mode) -> View:
@@ -236,8 +241,14 @@ class Catalog:
         return view
 
     def suggest(self, name: str) -> str:
-        """The closest option name, for UNKNOWN_OPTION."""
-        return closest(name.lower(), self.by_name)
+        """The closest option name, for UNKNOWN_OPTION. The same misspellings recur from job
+        to job, and difflib takes up to a millisecond on each: their answers are kept."""
+        found = self._suggested.get(name)
+        if found is None:
+            found = closest(name.lower(), self.by_name)
+            if len(self._suggested) < MAX_KEPT_SUGGESTIONS and len(name) <= MAX_MEMO_TEXT:
+                self._suggested[name] = found
+        return found
 
     def __contains__(self, name: object) -> bool:
         return name in self.by_name

@@ -235,10 +235,24 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     return parsed
 
 
+MAX_ATTACHMENTS: Final = 64
+"""Attachments read from one request: six options name files, and each key that names none
+costs a diagnostic; past this many, none is read and one error says why."""
+
+
 def apply_content_rules(
     state: State, attachments: Mapping[str, str], given: Collection[str]
 ) -> None:
     """Parse each attachment and apply its rules; `given` are the options the caller set."""
+    if len(attachments) > MAX_ATTACHMENTS:
+        state.emit(
+            Code.INVALID_VALUE,
+            "attachments",
+            "",
+            f"the request has {len(attachments)} attachments and at most {MAX_ATTACHMENTS} are "
+            f"read; attach only the files {', '.join(CONTENT_RULES)} name.",
+        )
+        attachments = {}
     for option in sorted(attachments):  # a map on the wire keeps no order
         if option not in CONTENT_RULES:
             state.emit(

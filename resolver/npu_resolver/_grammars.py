@@ -19,18 +19,34 @@ MAX_MEMO_ENTRIES: Final = 2048
 """Bound of each grammar's memo: the values a cluster's jobs keep sending are few."""
 
 
+MAX_RECENT_LONG: Final = 4
+"""Long texts whose verdicts are kept a moment: one request asks of its value up to three
+times (the quick check, the full parse, each column of a diff), and a 64 K-character path
+takes tens of milliseconds to judge."""
+
+
 def memoized(check: Grammar) -> Grammar:
     """The same text recurs from job to job and its verdict never changes: keep the verdicts
-    of short texts (bounded), so that a grammar costs one look-up on the common path."""
+    of short texts (bounded), so that a grammar costs one look-up on the common path; and of
+    the last few long ones, so that one request judges its long value once."""
     known: dict[str, str | None] = {}
+    recent: dict[str, str | None] = {}
 
     @wraps(check)
     def verdict(value: str) -> str | None:
         if value in known:
             return known[value]
+        short = len(value) <= MAX_MEMO_TEXT
+        if not short and value in recent:
+            return recent[value]
         reason = check(value)
-        if len(value) <= MAX_MEMO_TEXT and len(known) < MAX_MEMO_ENTRIES:
-            known[value] = reason
+        if short:
+            if len(known) < MAX_MEMO_ENTRIES:
+                known[value] = reason
+        else:
+            if len(recent) >= MAX_RECENT_LONG:
+                recent.clear()
+            recent[value] = reason
         return reason
 
     return verdict

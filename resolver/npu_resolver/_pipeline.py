@@ -96,9 +96,17 @@ def unknown_product(text: str) -> Diagnostic:
     )
 
 
+MAX_PROFILES_NAMED: Final = 20
+MAX_PROFILES_MATCHED: Final = 256
+"""A policy may define thousands of profiles: the message names the first 20, and a close
+name is looked for among at most 256 (difflib's work grows with each)."""
+
+
 def _unknown_profile(profile: str, known: tuple[str, ...]) -> Diagnostic:
-    listed = ", ".join(known) if known else "none (no policy is loaded)"
-    close = closest(profile, known)
+    listed = ", ".join(known[:MAX_PROFILES_NAMED]) if known else "none (no policy is loaded)"
+    if len(known) > MAX_PROFILES_NAMED:
+        listed += f" and {len(known) - MAX_PROFILES_NAMED} more"
+    close = closest(profile, known) if len(known) <= MAX_PROFILES_MATCHED else ""
     return Diagnostic(
         Severity.ERROR,
         Code.UNKNOWN_PROFILE,
@@ -129,8 +137,9 @@ def _read_config(
     else:  # keys that are not text (in process only): unknown options, ordered by their text
         # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs
         for shown in sorted(key_text(name) for name in config if type(name) is not str):
-            _unknown_option(state, catalog, shown)
+            _unknown_option(state, catalog, shown, suggest=False)  # no name is like these
         names = sorted(name for name in config if type(name) is str)
+    unknown = 0
     for name in names:
         raw = config[name]
         view = views.get(name)
@@ -138,7 +147,8 @@ def _read_config(
             explicit[name] = (raw, raw)
             continue
         if view is None:
-            _unknown_option(state, catalog, name)
+            _unknown_option(state, catalog, name, suggest=unknown < MAX_SUGGESTIONS)
+            unknown += 1
             continue
         if raw is None or (type(raw) is str and not raw and view.option.empty_is_unset):
             state.emit(
@@ -161,9 +171,14 @@ def _read_config(
     return explicit
 
 
-def _unknown_option(state: State, catalog: Catalog, key: str) -> None:
+MAX_SUGGESTIONS: Final = 8
+"""Unknown option names of one request that get a "did you mean": each costs difflib up to a
+millisecond, and a config may hold 512 keys."""
+
+
+def _unknown_option(state: State, catalog: Catalog, key: str, *, suggest: bool) -> None:
     shown = printable(key[:100])
-    suggestion = catalog.suggest(shown)
+    suggestion = catalog.suggest(shown) if suggest else ""
     hint = (
         f"; did you mean {suggestion!r}?"
         if suggestion

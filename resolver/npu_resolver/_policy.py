@@ -93,6 +93,7 @@ class Policy:
     def __init__(self, profiles: Mapping[str, _Profile], source: str, catalog: Catalog) -> None:
         self.source = source
         self._profiles = profiles
+        self._profile_names = tuple(sorted(profiles))
         content = {
             name: {
                 f"{pid or '*'}.{kind}": dict(sorted(table.values.items()))
@@ -143,7 +144,7 @@ class Policy:
         return self._layers.get((profile, product))
 
     def profile_names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._profiles))
+        return self._profile_names
 
     def summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {

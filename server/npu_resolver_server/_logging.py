@@ -136,6 +136,9 @@ def log_call(
     logger = _CALLS
     if not logger.isEnabledFor(logging.INFO):
         return
+    # Each code once, in the order the answer first gives it: a line (and the memo of its
+    # recurring text) stays a few hundred bytes however many diagnostics an answer holds.
+    codes = tuple(dict.fromkeys(codes))
     latency_ms = round(latency_s * 1000, 3)
     pid = os.getpid()
     handler = None if extra else _Sink.direct()

@@ -8,11 +8,15 @@ there, and the parent serves the page aggregated over all workers (`serve_multip
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 MAX_CACHED_CHILDREN: Final = 4096
+MAX_KEPT_CODES: Final = 32
+"""An answer's list of diagnostic codes is kept (to find its counters at once the next time)
+only when this short: a caller can send a request with thousands of diagnostics."""
 LATENCY_BUCKETS: Final = (
     0.0001,
     0.00025,
@@ -132,6 +136,10 @@ class Metrics:
         if not codes:
             return
         key = (product, codes if isinstance(codes, tuple) else tuple(codes))
+        if len(key[1]) > MAX_KEPT_CODES:  # a long report: counted by code, its list not kept
+            for code, count in Counter(key[1]).items():
+                self._child(self.diagnostics, code, product or "unknown").inc(count)
+            return
         children = self._code_sets.get(key)
         if children is None:
             if len(self._code_sets) >= MAX_CACHED_CHILDREN:

@@ -1,0 +1,183 @@
+"""What one request may cost a server: each caller input that makes work per item (unknown
+option names, attachments, profile names, long texts, diagnostics) is bounded, so that no
+request of a few kilobytes holds an event loop for seconds or pins megabytes in a memo."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import random
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from npu_resolver import Code, ResolveRequest, parse_policy, resolve
+from npu_resolver._catalog import MAX_KEPT_SUGGESTIONS, Catalog
+from npu_resolver._content import MAX_ATTACHMENTS
+from npu_resolver._grammars import MAX_RECENT_LONG, memoized
+from npu_resolver._model import MAX_MEMO_TEXT
+from npu_resolver._options import OPTIONS
+from npu_resolver._pipeline import MAX_PROFILES_MATCHED, MAX_PROFILES_NAMED, MAX_SUGGESTIONS
+from npu_resolver_client.wire import request_to_proto
+from npu_resolver_server import _logging
+from npu_resolver_server._metrics import MAX_KEPT_CODES, Metrics
+from tests._server import grpc_server, grpc_target  # noqa: F401
+
+
+def test_only_the_first_unknown_names_get_a_suggestion_each_with_the_hint() -> None:
+    """difflib costs up to a millisecond a name; a config may hold 512 keys."""
+    typos = {f"hccl_timeou{chr(97 + i)}": 1 for i in range(MAX_SUGGESTIONS + 4)}
+    unknown = list(resolve(ResolveRequest("atlas-a2", typos)).errors)
+    assert [d.code for d in unknown] == [Code.UNKNOWN_OPTION] * len(typos)
+    assert [d.option for d in unknown] == sorted(typos)  # the first ones, in name order
+    suggested = [d.suggestion for d in unknown]
+    assert suggested == ["hccl_timeout"] * MAX_SUGGESTIONS + [""] * 4
+    assert all("npu-resolve explain" in d.message for d in unknown[MAX_SUGGESTIONS:])
+
+
+def test_suggestions_are_kept_for_short_names_only_and_bounded() -> None:
+    catalog = Catalog(OPTIONS)
+    assert catalog.suggest("hccl_timeot") == "hccl_timeout"
+    long_name = "hccl_timeout" + "x" * MAX_MEMO_TEXT
+    assert catalog.suggest(long_name) == ""
+    for i in range(MAX_KEPT_SUGGESTIONS + 10):
+        catalog.suggest(f"name{i}")
+    assert len(catalog._suggested) == MAX_KEPT_SUGGESTIONS
+    assert long_name not in catalog._suggested
+    assert catalog.suggest("hccl_timeot") == "hccl_timeout"  # kept, and still right
+
+
+def test_more_attachments_than_are_read_is_one_error_and_none_is_read() -> None:
+    attachments = {f"V{i:05d}": "" for i in range(MAX_ATTACHMENTS)}
+    attachments["modify_mixlist"] = "{}"
+    answer = resolve(
+        ResolveRequest(
+            "atlas-a2",
+            {"modify_mixlist": "/job/m.json", "precision_mode_v2": "mixed_float16"},
+            attachments=attachments,
+        )
+    )
+    codes = [(d.option, d.code) for d in answer.diagnostics]
+    assert codes == [
+        ("attachments", Code.INVALID_VALUE),
+        ("modify_mixlist", Code.NOT_CHECKED),
+    ]
+    assert f"has {MAX_ATTACHMENTS + 1} attachments" in answer.diagnostics[0].message
+
+
+def test_at_most_the_bound_every_attachment_is_read() -> None:
+    attachments = {f"V{i:05d}": "" for i in range(MAX_ATTACHMENTS)}
+    answer = resolve(ResolveRequest("atlas-a2", attachments=attachments))
+    assert len(answer.errors) == MAX_ATTACHMENTS
+    assert {d.option for d in answer.errors} == {f"attachments.V{i:05d}" for i in range(64)}
+
+
+def test_too_many_attachments_is_a_violation_on_the_attachments_field(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    from google.rpc import error_details_pb2, status_pb2
+
+    attachments = {f"V{i:05d}": "" for i in range(MAX_ATTACHMENTS + 1)}
+    request = request_to_proto(ResolveRequest("atlas-a2", attachments=attachments))
+    with grpc.insecure_channel(grpc_target) as channel:
+        call = channel.unary_unary("/npu.resolver.v1.Resolver/Resolve")
+        with pytest.raises(grpc.RpcError) as info:
+            call(request.SerializeToString(), timeout=10)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    trailers = dict(info.value.trailing_metadata())
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    bad = error_details_pb2.BadRequest()
+    status.details[0].Unpack(bad)
+    assert [(v.field, v.reason) for v in bad.field_violations] == [("attachments", "INVALID_VALUE")]
+
+
+def test_an_unknown_profile_names_a_few_profiles_and_matches_among_few() -> None:
+    many = "".join(
+        f"[profiles.team-{i:04d}.defaults]\nhccl_timeout = 3600\n"
+        for i in range(MAX_PROFILES_MATCHED + 1)
+    )
+    policy = parse_policy(many)
+    [error] = resolve(ResolveRequest("atlas-a2", profile="team-0001x"), policy=policy).errors
+    assert error.code is Code.UNKNOWN_PROFILE and error.suggestion == ""
+    assert f"and {MAX_PROFILES_MATCHED + 1 - MAX_PROFILES_NAMED} more" in error.message
+    assert error.message.count("team-") == MAX_PROFILES_NAMED + 1  # the names and the asked one
+    few = parse_policy("[profiles.team-0001.defaults]\nhccl_timeout = 3600\n")
+    [error] = resolve(ResolveRequest("atlas-a2", profile="team-0001x"), policy=few).errors
+    assert error.suggestion == "team-0001"
+
+
+def test_a_long_text_is_judged_once_by_its_grammar_and_few_are_kept() -> None:
+    seen: list[int] = []
+
+    @memoized
+    def grammar(value: str) -> str | None:
+        seen.append(len(value))
+        return None if value.startswith("/") else "not absolute"
+
+    texts = [f"/{i}" + "d" * (MAX_MEMO_TEXT + 1) for i in range(MAX_RECENT_LONG + 1)]
+    for _ in range(3):  # a quick check, the full parse, a diff column
+        assert grammar(texts[0]) is None
+    assert len(seen) == 1
+    for text in texts[1:]:
+        grammar(text)
+    grammar(texts[0])  # forgotten by now: judged again, to the same verdict
+    assert len(seen) == MAX_RECENT_LONG + 2
+
+
+def test_a_long_invalid_path_is_judged_once_per_request() -> None:
+    from npu_resolver import _grammars
+
+    calls: list[str] = []
+    real = _grammars.path_char_ok
+
+    def counted(char: str) -> bool:
+        calls.append(char)
+        return real(char)
+
+    text = "/" + "\U00020000" * 5_000 + "!"
+    try:
+        _grammars.path_char_ok = counted
+        answer = resolve(ResolveRequest("atlas-a2", {"fusion_switch_file": text}))
+    finally:
+        _grammars.path_char_ok = real
+    assert [(d.option, d.code) for d in answer.errors] == [
+        ("fusion_switch_file", Code.INVALID_VALUE)
+    ]
+    assert len(calls) == 5_001  # each character once, not once per look at the value
+
+
+def _line(codes: tuple[str, ...]) -> dict[str, object]:
+    stream = io.StringIO()
+    saved = logging.getLogger("npu_resolver_server").handlers[:], _logging._Sink.handler
+    try:
+        _logging.configure("INFO")
+        assert _logging._Sink.handler is not None
+        _logging._Sink.handler.setStream(stream)
+        _logging.log_call("Resolve", code="INVALID_ARGUMENT", latency_s=0.1, codes=codes)
+    finally:
+        logging.getLogger("npu_resolver_server").handlers[:], _logging._Sink.handler = saved
+    record: dict[str, object] = json.loads(stream.getvalue())
+    return record
+
+
+def test_a_call_line_names_each_code_once_however_many_diagnostics() -> None:
+    codes = ("UNKNOWN_OPTION",) * 10_000 + ("FROM_ENV", "UNKNOWN_OPTION", "ADVICE")
+    record = _line(codes)
+    assert record["codes"] == ["UNKNOWN_OPTION", "FROM_ENV", "ADVICE"]
+    assert all(len(str(key[-1])) < 1000 for key in _logging._MIDDLES)
+
+
+def test_a_long_list_of_codes_is_counted_whole_and_not_kept() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    rng = random.Random(5)
+    codes = tuple(rng.choice(["UNKNOWN_OPTION", "ADVICE"]) for _ in range(MAX_KEPT_CODES + 100))
+    metrics.diagnostics_seen("atlas-a2", codes)
+    metrics.diagnostics_seen("atlas-a2", codes)
+    for code in ("UNKNOWN_OPTION", "ADVICE"):
+        labels = {"code": code, "product": "atlas-a2"}
+        expected = 2 * codes.count(code)
+        assert registry.get_sample_value("npu_resolver_diagnostics_total", labels) == expected
+    assert metrics._code_sets == {}
