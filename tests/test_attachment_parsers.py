@@ -730,3 +730,17 @@ def test_r_mml_1_an_op_moved_two_ways_is_refused(text: str) -> None:
     """The source does not say which move wins, as for repeated keys elsewhere."""
     (issue,) = [i for i in parse_modify_mixlist(text).issues if i.is_error]
     assert "'MatMul'" in issue.message and "which wins" in issue.message
+
+
+def test_r_mml_1_an_issue_far_into_a_long_file_is_placed_at_its_list() -> None:
+    """Finding a position reads the file token by token: past MAX_SOUGHT_TOKENS the issue is
+    placed at the nearest parent already found, and its message still names where it is."""
+    from npu_resolver.attachments._json_layout import MAX_SOUGHT_TOKENS
+
+    count = MAX_SOUGHT_TOKENS + 10
+    near = parse_modify_mixlist('{"black-list": {"to-add": [' + '"a",' * 10 + "1]}}")
+    far = parse_modify_mixlist('{"black-list": {"to-add": [' + '"a",' * count + "1]}}")
+    near_issue, far_issue = only_error(near), only_error(far)
+    assert (near_issue.line, near_issue.column) == (1, 68)
+    assert (far_issue.line, far_issue.column) == (1, 17)  # the list it is in, at its key
+    assert f"item {count + 1} must be a string" in far_issue.message

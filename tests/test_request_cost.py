@@ -181,3 +181,36 @@ def test_a_long_list_of_codes_is_counted_whole_and_not_kept() -> None:
         expected = 2 * codes.count(code)
         assert registry.get_sample_value("npu_resolver_diagnostics_total", labels) == expected
     assert metrics._code_sets == {}
+
+
+def test_a_diff_reads_each_attachment_once_for_all_its_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a file of a megabyte takes about half a second: not once per product."""
+    import npu_resolver
+    from npu_resolver import attachments
+
+    reads: list[str] = []
+    real = attachments.decode_attachment
+
+    def counted(text: str) -> object:
+        reads.append(text)
+        return real(text)
+
+    monkeypatch.setattr(attachments, "decode_attachment", counted)
+    request = ResolveRequest(
+        "atlas-a2",
+        {"modify_mixlist": "/job/m.json", "precision_mode_v2": "mixed_float16"},
+        attachments={"modify_mixlist": '{"black-list": {"to-add": ["Conv2D"]}}'},
+    )
+    products = [p.id for p in npu_resolver.PRODUCTS]
+    result = npu_resolver.diff(request, products)
+    assert len(reads) == 1
+    alone = {
+        p: resolve(ResolveRequest(p, request.config, attachments=request.attachments))
+        for p in products
+    }
+    assert {p: r.to_json() for p, r in result.results.items()} == {
+        p: r.to_json() for p, r in alone.items()
+    }
+    assert len(reads) == 1 + len(products)  # outside a diff nothing is kept

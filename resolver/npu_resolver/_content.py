@@ -6,7 +6,9 @@ not guessed; a NOT_CHECKED note names what was skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from ._cross import dynamic_shape
@@ -198,17 +200,45 @@ _RULES: Final[Mapping[str, Callable[[State, Any], None]]] = {
 }
 
 
+_Read = tuple[Any, Any]
+"""An attachment's text as read: (the parsed file or None, the problem that refused it)."""
+_SHARED: ContextVar[dict[tuple[str, str], _Read] | None] = ContextVar("_SHARED", default=None)
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within it, each attachment's text is read once, however many products a diff resolves
+    it for: reading a file of a megabyte takes about half a second."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _read(option: str, text: str) -> _Read:
+    from .attachments import FORMATS, decode_attachment
+
+    shared = _SHARED.get()
+    found = shared.get((option, text)) if shared is not None else None
+    if found is None:
+        decoded, problem = decode_attachment(text)
+        found = (None if decoded is None else FORMATS[option].parse(decoded), problem)
+        if shared is not None:
+            shared[(option, text)] = found
+    return found
+
+
 def _parse(state: State, option: str, text: str) -> Any | None:
     """The parsed file (what could be read of it, after reporting its errors), or None."""
-    from .attachments import FORMATS, MAX_ATTACHMENT_BYTES, decode_attachment
+    from .attachments import MAX_ATTACHMENT_BYTES
 
-    decoded, problem = decode_attachment(text)
+    parsed, problem = _read(option, text)
     rule = FORMAT_RULES[option]
-    if decoded is None:
+    if parsed is None:
         reason = problem.message if problem else f"it is over {MAX_ATTACHMENT_BYTES} bytes"
         state.refuse(option, Code.INVALID_VALUE, rule, f"{option} attachment refused: {reason}")
         return None
-    parsed = FORMATS[option].parse(decoded)
     errors = [i for i in parsed.issues if not i.normalized]
     findings = [i for i in parsed.issues if not i.summary]
     closing = [i for i in parsed.issues if i.summary]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from ._catalog import CATALOG, Catalog
+from ._content import shared_reads
 from ._model import JSON, Resolution, ResolveRequest, Source
 from ._pipeline import check_arguments, resolve
 from ._products import PRODUCTS, product_id
@@ -126,13 +127,12 @@ def diff(
     check_arguments(request, policy, "diff")
     # A product named twice, by id or alias, is one column, resolved once.
     columns = check_diff_products(products)
-    return diff_of(
-        [
+    with shared_reads():  # each attachment read once for all the columns
+        resolved = [
             (product, resolve(replace(request, product=product), catalog=catalog, policy=policy))
             for product in columns
-        ],
-        catalog=catalog,
-    )
+        ]
+    return diff_of(resolved, catalog=catalog)
 
 
 def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CATALOG) -> DiffResult:

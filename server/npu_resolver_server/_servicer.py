@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -107,6 +108,9 @@ def _status(
 MAX_BATCH_ITEMS: Final = 1000
 BATCH_SLICE: Final = 16
 """Items answered between two yields to the event loop."""
+BATCH_SLICE_S: Final = 0.02
+"""Or fewer, once this long has passed: items with megabyte attachments take a tenth of a
+second each, and a health probe should not wait for sixteen of them."""
 MAX_DIFF_PRODUCTS: Final = npu_resolver.MAX_DIFF_PRODUCTS
 MAX_DETAILS_BYTES: Final = 5000
 """Status details travel base64-encoded in a trailer; with the message they must stay under
@@ -461,11 +465,14 @@ class ResolverService:
         failed = 0
         codes: set[str] = set()
         seen: list[tuple[str, tuple[str, ...]]] = []
+        clock = time.monotonic
+        since = clock()
         for index, item in enumerate(items):
-            if index % BATCH_SLICE == BATCH_SLICE - 1:
+            if index % BATCH_SLICE == BATCH_SLICE - 1 or clock() - since > BATCH_SLICE_S:
                 # A thousand items take most of a second: let the worker's other calls (a
                 # health probe, a small Resolve) run between slices.
                 await asyncio.sleep(0)
+                since = clock()
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     return Answer(

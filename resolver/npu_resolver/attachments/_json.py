@@ -137,7 +137,10 @@ class JsonDoc:
             return []
         kept: list[tuple[int, str]] = []
         item: object
-        for index, item in enumerate(value):
+        for index, item in enumerate(value):  # a list may hold a million: the common case first
+            if type(item) is str and item and not item.isspace():
+                kept.append((index, item))
+                continue
             at = (*path, index)
             if not isinstance(item, str):
                 self.error(at, f"{describe(at)} must be a string, not {kind(item)}", rule=rule)

@@ -18,6 +18,9 @@ Path = tuple[str | int, ...]
 
 MAX_TRACKED_DEPTH: Final = 4
 """Positions are kept this deep: enough for every format here, bounded for hostile input."""
+MAX_SOUGHT_TOKENS: Final = 20_000
+"""Tokens read in all to find where values sit (some 70 ms). A value further on in a long file
+is placed at its nearest parent already found: its message still names its path."""
 
 _WS: Final = re.compile(r"[ \t\n\r]*")
 _TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],]', re.DOTALL)
@@ -47,18 +50,20 @@ class _Frame:
 class Layout:
     """Offsets of object members (at their key) and list items, and the keys that repeat."""
 
-    __slots__ = ("_steps", "_text", "offsets", "repeated")
+    __slots__ = ("_budget", "_steps", "_text", "offsets", "repeated")
 
     def __init__(self, text: str) -> None:
         self._text = text
         self.offsets: dict[Path, int] = {(): skip_space(text, 0)}
         self.repeated: list[tuple[str, int]] = []
         self._steps = self._scan()
+        self._budget = MAX_SOUGHT_TOKENS
 
     def find(self, path: Path) -> int | None:
-        """The offset of `path`, scanning on only until it is known."""
-        while path not in self.offsets and next(self._steps, True) is None:
-            pass
+        """The offset of `path`, scanning on only until it is known, while the file's
+        MAX_SOUGHT_TOKENS last."""
+        while path not in self.offsets and self._budget and next(self._steps, True) is None:
+            self._budget -= 1
         return self.offsets.get(path)
 
     def repeats(self) -> Iterator[tuple[str, int]]:
