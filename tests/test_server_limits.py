@@ -365,3 +365,88 @@ def test_a_batch_of_heavy_items_yields_between_them() -> None:
     turns, answer = asyncio.run(run())
     assert answer.code is grpc.StatusCode.OK
     assert turns >= items - 1
+
+
+# A request of more than LARGE_REQUEST_BYTES is looked at before protobuf decodes it: the
+# decoder reads a map in time quadratic in its size (300,000 entries take over a second).
+PADDING = "w" * 300_000
+
+
+def _violations(error: Any) -> list[tuple[str, str]]:
+    trailers = dict(error.trailing_metadata())
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    bad = error_details_pb2.BadRequest()
+    status.details[0].Unpack(bad)
+    return [(v.field, v.reason) for v in bad.field_violations]
+
+
+@pytest.mark.parametrize("where", ["env", "attachments"])
+def test_a_request_with_more_top_level_entries_than_read_is_refused_unread(
+    grpc_target: str,  # noqa: F811
+    where: str,
+) -> None:
+    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
+
+    entries = {f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)}
+    request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING)
+    getattr(request, where).update(entries)
+    code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert _violations(error) == [(where, "TOO_MANY_ENTRIES")]
+    assert f"more than {MAX_MAP_ENTRIES} {where} entries" in error.details()
+
+
+def test_a_large_request_within_the_entry_bound_is_answered(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    env = {f"V{i:04d}": "x" for i in range(300)}
+    request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING, env=env, validate_only=True)
+    code, reply = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    assert pb.ResolveResponse.FromString(reply).ok
+
+
+def test_a_struct_config_wider_than_read_is_the_in_process_report_unread(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """As a config_json of as many keys: an INVALID_VALUE on config, the request still read."""
+    from npu_resolver import MAX_CONFIG_ITEMS, ResolveRequest, resolve
+
+    wide = {f"k{i:06d}": 1 for i in range(MAX_CONFIG_ITEMS + 1)}
+    request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING, validate_only=True)
+    request.config.update(wide)
+    code, reply = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    answer = pb.ResolveResponse.FromString(reply)
+    local = resolve(ResolveRequest("atlas-a2", wide, workdir=PADDING))
+    assert [(d.option, d.message) for d in answer.diagnostics] == [
+        (d.option, d.message) for d in local.diagnostics
+    ]
+    diff = pb.DiffRequest(products=["atlas-a2", "atlas-a3"], workdir=PADDING)
+    diff.config.update(wide)
+    code, reply = _call(grpc_target, "/npu.resolver.v1.Resolver/Diff", diff.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    columns = pb.DiffResponse.FromString(reply).results
+    assert {c: [d.option for d in r.diagnostics] for c, r in columns.items()} == {
+        "atlas-a2": ["config"],
+        "atlas-a3": ["config"],
+    }
+
+
+def test_a_batch_item_with_too_many_entries_fails_alone(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
+
+    heavy = pb.ResolveRequest(
+        product="atlas-a2",
+        workdir=PADDING,
+        env={f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)},
+    )
+    good = pb.ResolveRequest(product="atlas-a2")
+    batch = pb.ResolveBatchRequest(requests=[good, heavy, good])
+    code, reply = _call(grpc_target, BATCH, batch.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    results = pb.ResolveBatchResponse.FromString(reply).results
+    assert [r.WhichOneof("result") for r in results] == ["response", "status", "response"]
+    assert "env entries" in results[1].status.message

@@ -82,13 +82,29 @@ def without_field(raw: bytes, number: int) -> bytes | None:
     return b"".join(raw[start:end] for key, start, _, end in fields if key != number << 3 | 2)
 
 
-def _fields(raw: bytes) -> list[tuple[int, int, int, int]] | None:
-    """The top-level fields of `raw` as (key, start, payload start, end) offsets; None if it
-    is cut short or holds a group (long deprecated, and never in this API)."""
-    out = []
+def count_fields(raw: bytes, most: int) -> dict[int, int] | None:
+    """How many times each field number occurs at the top level of `raw`, read no further than
+    `most` fields (so a total of `most` means "at least"); None if it is not a message this walk
+    reads. Cheap next to protobuf's decoder, which reads a map in time quadratic in its size."""
+    fields = _fields(raw, most)
+    if fields is None:
+        return None
+    counts: dict[int, int] = {}
+    for key, _, _, _ in fields:
+        counts[key >> 3] = counts.get(key >> 3, 0) + 1
+    return counts
+
+
+def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, int]] | None:
+    """The top-level fields of `raw` as (key, start, payload start, end) offsets, the first
+    `most` of them when given; None if it is cut short or holds a group (long deprecated, and
+    never in this API)."""
+    out: list[tuple[int, int, int, int]] = []
     pos, end = 0, len(raw)
     try:
         while pos < end:
+            if most is not None and len(out) >= most:
+                return out
             start = pos
             key, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
             kind = key & 7

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, message
@@ -37,7 +37,7 @@ from npu_resolver_client.wire import (
 
 from . import _logging
 from ._cache import Answer, AnswerCache
-from ._encode import encode_resolution, field, length_delimited, without_field
+from ._encode import count_fields, encode_resolution, field, length_delimited, without_field
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
 from .settings import (
@@ -220,6 +220,7 @@ def parse(kind: type[M], raw: bytes) -> M:
         raise _RefusedError(f"the request is not a valid {kind.DESCRIPTOR.name}: {exc}") from None
 
 
+LeftOut = Literal["deep", "wide"] | None
 CONFIG_FIELD: Final = 2
 """`config` in ResolveRequest and DiffRequest alike."""
 DECODER_DEPTH: Final = 32
@@ -227,23 +228,97 @@ DECODER_DEPTH: Final = 32
 three a JSON level) still reads."""
 
 
-def parse_with_config(kind: type[M], raw: bytes) -> tuple[M, bool]:
-    """The request, and whether its config Struct was left out because it is nested deeper
-    than the protobuf decoder reads (about 32 levels). Such a config is refused as too deep in
-    a report, as a deep config_json is, rather than the whole request as malformed: callers in
-    other languages send Struct, and a batch must not fail as a whole for one item."""
+LARGE_REQUEST_BYTES: Final = 256 * 1024
+"""Below this size no map in a request is large enough to matter. protobuf's decoder reads a
+map in time quadratic in its size: 80,000 entries take about 90 ms, 300,000 about 1.1 s."""
+MAX_MAP_ENTRIES: Final = 8192
+"""Entries of one map (env, attachments) read: a job's environment holds a few hundred."""
+MAX_TOP_LEVEL_FIELDS: Final = 65_536
+"""Fields at a request's top level looked at, before protobuf, for its maps' sizes (a few tens
+of milliseconds); a request with more is refused unread."""
+STRUCT_FIELDS: Final = 1
+"""`fields`, the map of a google.protobuf.Struct."""
+
+
+_MAPS: dict[str, dict[int, str]] = {}
+
+
+def _maps(kind: type[message.Message]) -> dict[int, str]:
+    """The map fields of a request message, by number (found once per message type)."""
+    found = _MAPS.get(kind.DESCRIPTOR.full_name)
+    if found is None:
+        found = _MAPS[kind.DESCRIPTOR.full_name] = {
+            f.number: f.name
+            for f in kind.DESCRIPTOR.fields
+            if f.message_type is not None and f.message_type.GetOptions().map_entry
+        }
+    return found
+
+
+def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | None:
+    """The field of a request too large to decode, read from its bytes before protobuf reads
+    them: a map (env, attachments) of more than MAX_MAP_ENTRIES entries, "config" for a config
+    Struct of more than `max_keys` keys (more than the server reads), "request" for more than
+    MAX_TOP_LEVEL_FIELDS fields in all. None for a request this walk cannot read: protobuf
+    refuses it."""
+    if len(raw) <= LARGE_REQUEST_BYTES:
+        return None
+    counts = count_fields(raw, MAX_TOP_LEVEL_FIELDS + 1)
+    if counts is None:
+        return None
+    for number, name in _maps(kind).items():
+        if counts.get(number, 0) > MAX_MAP_ENTRIES:
+            return name
+    if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
+        return "request"
+    keys = 0
+    for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
+        if len(config) > max_keys:  # each key takes a byte or more: fewer bytes, fewer keys
+            entries = count_fields(config, max_keys + 1)
+            keys += entries.get(STRUCT_FIELDS, 0) if entries is not None else 0
+    return "config" if keys > max_keys else None
+
+
+def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, LeftOut]:
+    """The request, and why its config Struct was left out unread: "deep" when it is nested
+    deeper than the protobuf decoder reads (about 32 levels), "wide" when it has more keys than
+    the server reads (`max_keys`), which the decoder would spend seconds on. Such a config is
+    refused in a report, as a deep or wide config_json is, rather than the whole request as
+    malformed: callers in other languages send Struct, and a batch must not fail as a whole for
+    one item. A request with a map of thousands of entries is refused."""
+    large = too_large(kind, raw, max_keys)
+    if large == "config":
+        refused = _RefusedError(f"the request's {kind.DESCRIPTOR.name} config is too large")
+        return _without_config(kind, raw, refused), "wide"
+    if large is not None:
+        what = (
+            f"more than {MAX_TOP_LEVEL_FIELDS} fields"
+            if large == "request"
+            else f"more than {MAX_MAP_ENTRIES} {large} entries"
+        )
+        raise _RefusedError(
+            f"the request has {what}; send the job's own variables and only the attachments "
+            "its options name",
+            large,
+            "TOO_MANY_ENTRIES",
+        )
     try:
-        return parse(kind, raw), False
+        return parse(kind, raw), None
     except _RefusedError as refused:
         if "MaxDepth" not in str(refused):  # upb's words; another protobuf runtime: malformed
             raise
-        rest = without_field(raw, CONFIG_FIELD)
-        if rest is None:
-            raise
-        try:
-            return kind.FromString(rest), True
-        except message.DecodeError:
-            raise refused from None
+        return _without_config(kind, raw, refused), "deep"
+
+
+def _without_config(kind: type[M], raw: bytes, refused: _RefusedError) -> M:
+    """The request read without its config Struct; `refused` when even that does not read."""
+    rest = without_field(raw, CONFIG_FIELD)
+    if rest is None:
+        raise refused
+    try:
+        return kind.FromString(rest)
+    except message.DecodeError:
+        raise refused from None
 
 
 async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
@@ -393,14 +468,16 @@ class ResolverService:
         if cached is not None:
             return cached
         try:
-            message_, too_deep = (
-                (parsed, False) if parsed is not None else parse_with_config(pb.ResolveRequest, raw)
+            message_, left_out = (
+                (parsed, None)
+                if parsed is not None
+                else parse_with_config(pb.ResolveRequest, raw, self.limits.max_keys)
             )
         except _RefusedError as refused:
-            return refused.answer()  # not a ResolveRequest at all
+            return refused.answer()  # not a ResolveRequest at all, or one too large to read
         try:
-            if too_deep:
-                raise self._too_deep()
+            if left_out is not None:
+                raise self._left_out(left_out)
             request = self._request(message_)
         except _RefusedError as refused:
             if refused.reason != "REQUEST_LIMIT":
@@ -415,10 +492,13 @@ class ResolverService:
         self.cache.put(version, raw, answer)
         return answer
 
-    def _too_deep(self) -> _RefusedError:
-        """A config Struct the decoder would not read. Within the server's own depth limit
-        (18 by default), the answer is the one in process; a limit raised past the decoder's
+    def _left_out(self, why: Literal["deep", "wide"]) -> _RefusedError:
+        """A config Struct left unread. Within the server's own limits (18 levels, 10,000 keys
+        by default), the answer is the one in process; a depth limit raised past the decoder's
         reach is said as the decoder's."""
+        if why == "wide":
+            shape = f"more than {self.limits.max_keys} keys and items in all"
+            return _RefusedError(config_refusal(shape), "config", "REQUEST_LIMIT")
         shape = f"nested deeper than {self.limits.max_depth} levels"
         if self.limits.max_depth >= DECODER_DEPTH:
             shape = (
@@ -435,6 +515,10 @@ class ResolverService:
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)
         try:
+            if item_bytes is not None and any(
+                too_large(pb.ResolveRequest, item, self.limits.max_keys) for item in item_bytes
+            ):  # the decoder would spend seconds on the batch: each item is read on its own
+                raise _RefusedError("an item holds a map too large to decode")
             items: Sequence[pb.ResolveRequest | None] = parse(pb.ResolveBatchRequest, raw).requests
         except _RefusedError:
             # An item the decoder cannot read (its config too deep, text that is not UTF-8):
@@ -512,7 +596,7 @@ class ResolverService:
     # ----------------------------------------------------------------------- the rest
 
     def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
-        request, too_deep = parse_with_config(pb.DiffRequest, raw)
+        request, left_out = parse_with_config(pb.DiffRequest, raw, self.limits.max_keys)
         try:  # before any work: the core's limits, the same as in process
             # A product named twice, by id or alias, is one column: the cap counts columns.
             products = npu_resolver.check_diff_products(request.products)
@@ -524,8 +608,8 @@ class ResolverService:
         # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
         # resolver in process reports it.
         try:
-            if too_deep:
-                raise LimitError(str(self._too_deep()))
+            if left_out is not None:
+                raise LimitError(str(self._left_out(left_out)))
             config = config_from_wire(
                 request.config,
                 request.config_json,
