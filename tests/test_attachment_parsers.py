@@ -744,3 +744,19 @@ def test_r_mml_1_an_issue_far_into_a_long_file_is_placed_at_its_list() -> None:
     assert (near_issue.line, near_issue.column) == (1, 68)
     assert (far_issue.line, far_issue.column) == (1, 17)  # the list it is in, at its key
     assert f"item {count + 1} must be a string" in far_issue.message
+    held = "(the line and column are those of 'black-list' > 'to-add', which holds it)"
+    assert far_issue.message.endswith(held) and held not in near_issue.message
+
+
+def test_a_key_repeated_far_into_a_long_file_is_an_error_said_without_a_place() -> None:
+    from npu_resolver.attachments._json_layout import MAX_SOUGHT_TOKENS
+
+    switches = ",".join(f'"P{i}":"on"' for i in range(MAX_SOUGHT_TOKENS))
+    far = parse_fusion_switch('{"Switch":{"GraphFusion":{' + switches + ',"P1":"off"}}}')
+    near = parse_fusion_switch('{"Switch":{"GraphFusion":{"P1":"on","P1":"off"}}}')
+    assert (
+        only_error(near).message == "line 1, column 37: key 'P1' appears twice in the same object"
+    )
+    assert only_error(far).message == (
+        "key 'P1' appears twice in the same object (too far into the file to say where)"
+    )

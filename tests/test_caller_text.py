@@ -416,9 +416,20 @@ def test_a_string_value_past_the_length_bound_is_refused_on_its_option(
     assert f"it has {len(text):,}" in error.message
 
 
-def test_a_path_at_the_length_bound_is_taken() -> None:
+def test_a_path_at_the_length_bound_is_taken_and_one_longer_refused() -> None:
     from npu_resolver._model import MAX_TEXT_VALUE
 
     path = "/" + "d" * (MAX_TEXT_VALUE - 1)
     answer = resolve(ResolveRequest("atlas-a2", {"debug_dir": path}))
     assert answer.ok and answer.options["debug_dir"] == path
+    longer = resolve(ResolveRequest("atlas-a2", {"debug_dir": path + "d"}))
+    assert [(d.option, d.code) for d in longer.errors] == [("debug_dir", Code.INVALID_VALUE)]
+
+
+def test_a_choice_given_a_long_text_is_told_its_choices() -> None:
+    """The length bound is for free text and paths; a choice's refusal names the choices."""
+    from npu_resolver._model import MAX_TEXT_VALUE
+
+    answer = resolve(ResolveRequest("atlas-a2", {"jit_compile": "x" * (MAX_TEXT_VALUE + 1)}))
+    [error] = answer.errors
+    assert error.code is Code.INVALID_VALUE and "is not one of 'auto'" in error.message

@@ -316,3 +316,15 @@ def test_a_policy_without_a_version_is_a_type_error_naming_the_parameter() -> No
 
     with pytest.raises(TypeError, match=r"policy must be an npu_resolver\.Policy"):
         resolve(ResolveRequest("atlas-a2"), policy=HalfPolicy())  # type: ignore[arg-type]
+
+
+def test_plain_nested_values_are_shared_and_subclassed_ones_converted() -> None:
+    """The request copies its mappings, not the values nested in them (a large object costs
+    nothing to pass); only where a subclass sits is a plain copy made."""
+    plain = {"a": [1, 2, {"b": "c"}]}
+    odd = {"a": [1, Big(2)]}
+    request = ResolveRequest("atlas-a2", {"dump_config": plain, "distribute": odd})
+    assert request.config["dump_config"] is plain
+    assert request.config["distribute"] == {"a": [1, 2]}
+    assert type(request.config["distribute"]["a"][1]) is int
+    assert odd["a"][1].__class__ is Big  # the caller's own value is left as it was

@@ -19,22 +19,30 @@ from npu_resolver._content import MAX_ATTACHMENTS
 from npu_resolver._grammars import MAX_RECENT_LONG, memoized
 from npu_resolver._model import MAX_MEMO_TEXT
 from npu_resolver._options import OPTIONS
-from npu_resolver._pipeline import MAX_PROFILES_MATCHED, MAX_PROFILES_NAMED, MAX_SUGGESTIONS
+from npu_resolver._pipeline import MAX_PROFILES_MATCHED, MAX_PROFILES_NAMED
+from npu_resolver._pipeline import MAX_SOUGHT_SUGGESTIONS as MAX_SOUGHT
 from npu_resolver_client.wire import request_to_proto
 from npu_resolver_server import _logging
 from npu_resolver_server._metrics import MAX_KEPT_CODES, Metrics
 from tests._server import grpc_server, grpc_target  # noqa: F401
 
 
-def test_only_the_first_unknown_names_get_a_suggestion_each_with_the_hint() -> None:
-    """difflib costs up to a millisecond a name; a config may hold 512 keys."""
-    typos = {f"hccl_timeou{chr(97 + i)}": 1 for i in range(MAX_SUGGESTIONS + 4)}
-    unknown = list(resolve(ResolveRequest("atlas-a2", typos)).errors)
-    assert [d.code for d in unknown] == [Code.UNKNOWN_OPTION] * len(typos)
-    assert [d.option for d in unknown] == sorted(typos)  # the first ones, in name order
-    suggested = [d.suggestion for d in unknown]
-    assert suggested == ["hccl_timeout"] * MAX_SUGGESTIONS + [""] * 4
-    assert all("npu-resolve explain" in d.message for d in unknown[MAX_SUGGESTIONS:])
+def test_a_request_seeks_a_bounded_number_of_new_suggestions_and_reuses_the_rest() -> None:
+    """difflib costs up to a millisecond a name and a config may hold 512 keys: a request seeks
+    at most MAX_SOUGHT_SUGGESTIONS close names anew; a name sought before always gets one."""
+    catalog = Catalog(OPTIONS)  # nothing sought yet
+    typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_SOUGHT + 4)]
+
+    def suggestions(names: list[str]) -> list[str]:
+        answer = resolve(ResolveRequest("atlas-a2", dict.fromkeys(names, 1)), catalog=catalog)
+        assert [d.code for d in answer.errors] == [Code.UNKNOWN_OPTION] * len(names)
+        assert [d.option for d in answer.errors] == sorted(names)
+        return [d.suggestion for d in answer.errors]
+
+    assert suggestions(typos) == ["hccl_timeout"] * MAX_SOUGHT + [""] * 4
+    assert suggestions(typos[-1:]) == ["hccl_timeout"]  # within its own request's bound
+    # 33 sought before, free; the other 3 sought now, within this request's bound
+    assert suggestions(typos) == ["hccl_timeout"] * (MAX_SOUGHT + 4)
 
 
 def test_suggestions_are_kept_for_short_names_only_and_bounded() -> None:
@@ -71,7 +79,9 @@ def test_at_most_the_bound_every_attachment_is_read() -> None:
     attachments = {f"V{i:05d}": "" for i in range(MAX_ATTACHMENTS)}
     answer = resolve(ResolveRequest("atlas-a2", attachments=attachments))
     assert len(answer.errors) == MAX_ATTACHMENTS
-    assert {d.option for d in answer.errors} == {f"attachments.V{i:05d}" for i in range(64)}
+    assert {d.option for d in answer.errors} == {
+        f"attachments.V{i:05d}" for i in range(MAX_ATTACHMENTS)
+    }
 
 
 def test_too_many_attachments_is_a_violation_on_the_attachments_field(

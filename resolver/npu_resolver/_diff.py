@@ -7,12 +7,12 @@ value or source, and which disappear.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from ._catalog import CATALOG, Catalog
 from ._content import shared_reads
-from ._model import JSON, Resolution, ResolveRequest, Source
+from ._model import JSON, Resolution, ResolveRequest, Source, read_request
 from ._pipeline import check_arguments, resolve
 from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
@@ -129,10 +129,25 @@ def diff(
     columns = check_diff_products(products)
     with shared_reads():  # each attachment read once for all the columns
         resolved = [
-            (product, resolve(replace(request, product=product), catalog=catalog, policy=policy))
+            (product, resolve(_for_product(request, product), catalog=catalog, policy=policy))
             for product in columns
         ]
     return diff_of(resolved, catalog=catalog)
+
+
+def _for_product(request: ResolveRequest, product: str) -> ResolveRequest:
+    """`request` for another product. Its mappings are its own and already plain: copied as
+    they are, not walked and checked again for every column."""
+    return read_request(
+        product,
+        dict(request.config),
+        dict(request.env),
+        request.workdir,
+        request.profile,
+        request.strict,
+        request.validate_only,
+        dict(request.attachments),
+    )
 
 
 def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CATALOG) -> DiffResult:

@@ -136,7 +136,9 @@ def plain_json(value: JSON) -> JSON:
     return _plain_json(value, MAX_CONFIG_DEPTH + 1, budget)
 
 
-def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
+def plain_scalar(value: JSON) -> JSON:
+    """A str, int or float subclass (in process only: an enum member, say) as the plain value
+    it holds, read by the base type's own methods; any other value as it is."""
     kind = type(value)  # never isinstance(): it asks the value's own __class__
     if kind in _PLAIN:
         return value
@@ -146,9 +148,18 @@ def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
         return int.__int__(value)
     if issubclass(kind, float):
         return float.__float__(value)
+    return value
+
+
+def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
     is_list = issubclass(kind, list)
-    if depth <= 0 or not (is_list or issubclass(kind, dict)):
-        return value  # too deep to be read, or not JSON: the resolver says which
+    if not (is_list or issubclass(kind, dict)):
+        return plain_scalar(value)  # a scalar's plain value; what is not JSON, for the resolver
+    if depth <= 0:
+        return value  # too deep to be read: the resolver refuses it
     budget[0] -= list.__len__(value) if is_list else dict.__len__(value)
     if budget[0] < 0:
         return value  # too wide to be read: refused as a whole
@@ -165,10 +176,46 @@ def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
     return dict(plain_pairs) if changed else value
 
 
+_TEXT: Final = frozenset({str})
+_JSON_TYPES: Final = _PLAIN | {dict, list}
+_CONTAINERS: Final = frozenset({dict, list})
+
+
+def _all_plain(config: dict[Any, Any]) -> bool:
+    """Whether a config holds exact JSON types only, keys included, as far as the resolver
+    reads it: nothing for plain_json to convert. Level by level, a level's types in one pass
+    in C; past the depth or width the resolver reads, a config is refused unread anyway."""
+    if _PLAIN.issuperset(map(type, config.values())):  # no value holds others: the common case
+        return _PLAIN.issuperset(map(type, config))
+    level: list[Any] = [config]
+    items = 0
+    for _ in range(MAX_CONFIG_DEPTH + 1):
+        keys: list[Any] = []
+        values: list[Any] = []
+        for container in level:  # each an exact dict or list: its own methods are the builtins
+            if type(container) is dict:
+                keys.extend(container)
+                values.extend(container.values())
+            else:
+                values.extend(container)
+        items += len(values)
+        if items > MAX_CONFIG_ITEMS:
+            return True
+        types = set(map(type, values))
+        if not (_PLAIN.issuperset(map(type, keys)) and _JSON_TYPES.issuperset(types)):
+            return False
+        if types.isdisjoint(_CONTAINERS):
+            return True
+        level = [value for value in values if type(value) in _CONTAINERS]
+    return True
+
+
 def _own(entries: Mapping[Any, Any]) -> dict[Any, Any]:
     """A copy of a mapping. A dict, or a subclass, is read from its storage: a subclass's own
     keys(), items() or __getitem__ never run."""
-    if isinstance(entries, dict) and issubclass(type(entries), dict):
+    if type(entries) is dict:
+        return entries.copy()
+    if isinstance(entries, dict) and issubclass(type(entries), dict):  # (for the type checker)
         return dict(dict.items(entries))
     return dict(entries)
 
@@ -403,9 +450,10 @@ class ResolveRequest:
         field); the config may hold anything, and the resolver reports what it cannot take."""
         for name in ("product", "workdir", "profile"):
             text = getattr(self, name)
-            if not issubclass(type(text), str):
-                raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
-            object.__setattr__(self, name, plain_text(text))
+            if type(text) is not str:
+                if not issubclass(type(text), str):
+                    raise TypeError(f"ResolveRequest.{name} must be a str, not {_kind(self, name)}")
+                object.__setattr__(self, name, plain_text(text))
         for name in ("strict", "validate_only"):
             flag = getattr(self, name)
             if type(flag) is not bool:
@@ -415,9 +463,7 @@ class ResolveRequest:
         if not isinstance(self.config, Mapping):
             raise TypeError(f"ResolveRequest.config must be a mapping, not {_kind(self, 'config')}")
         config = _own(self.config)
-        if not (
-            _PLAIN.issuperset(map(type, config)) and _PLAIN.issuperset(map(type, config.values()))
-        ):
+        if not _all_plain(config):
             config = plain_json(config)  # a subclass's own methods never run in the resolver
         object.__setattr__(self, "config", config)
         for name in ("env", "attachments"):
@@ -425,15 +471,15 @@ class ResolveRequest:
             if not isinstance(entries, Mapping):
                 raise TypeError(f"ResolveRequest.{name} must be a mapping, not {_kind(self, name)}")
             copied = _own(entries)
-            for key, value in copied.items():
-                if not (issubclass(type(key), str) and issubclass(type(value), str)):
-                    raise TypeError(
-                        f"ResolveRequest.{name} maps str to str; it holds a "
-                        f"{type(key).__name__} key with a {type(value).__name__} value"
-                    )
-            if not _PLAIN.issuperset(map(type, copied)) or not _PLAIN.issuperset(
-                map(type, copied.values())
+            if not (
+                _TEXT.issuperset(map(type, copied)) and _TEXT.issuperset(map(type, copied.values()))
             ):
+                for key, value in copied.items():
+                    if not (issubclass(type(key), str) and issubclass(type(value), str)):
+                        raise TypeError(
+                            f"ResolveRequest.{name} maps str to str; it holds a "
+                            f"{type(key).__name__} key with a {type(value).__name__} value"
+                        )
                 copied = {plain_text(k): plain_text(v) for k, v in copied.items()}
             object.__setattr__(self, name, copied)
 

@@ -137,9 +137,9 @@ def _read_config(
     else:  # keys that are not text (in process only): unknown options, ordered by their text
         # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs
         for shown in sorted(key_text(name) for name in config if type(name) is not str):
-            _unknown_option(state, catalog, shown, suggest=False)  # no name is like these
+            _unknown_option(state, catalog, shown, [MAX_SOUGHT_SUGGESTIONS])  # none is like them
         names = sorted(name for name in config if type(name) is str)
-    unknown = 0
+    sought = [0]
     for name in names:
         raw = config[name]
         view = views.get(name)
@@ -147,8 +147,7 @@ def _read_config(
             explicit[name] = (raw, raw)
             continue
         if view is None:
-            _unknown_option(state, catalog, name, suggest=unknown < MAX_SUGGESTIONS)
-            unknown += 1
+            _unknown_option(state, catalog, name, sought)
             continue
         if raw is None or (type(raw) is str and not raw and view.option.empty_is_unset):
             state.emit(
@@ -171,14 +170,21 @@ def _read_config(
     return explicit
 
 
-MAX_SUGGESTIONS: Final = 8
-"""Unknown option names of one request that get a "did you mean": each costs difflib up to a
-millisecond, and a config may hold 512 keys."""
+MAX_SOUGHT_SUGGESTIONS: Final = 32
+"""Unknown option names of one request for which a close name is sought anew: each costs
+difflib up to a millisecond, and a config may hold 512 keys. A name sought before (by any
+request) gets its suggestion whatever the count."""
 
 
-def _unknown_option(state: State, catalog: Catalog, key: str, *, suggest: bool) -> None:
+def _unknown_option(state: State, catalog: Catalog, key: str, sought: list[int]) -> None:
+    """UNKNOWN_OPTION for `key`; `sought` counts the suggestions this request sought anew."""
     shown = printable(key[:100])
-    suggestion = catalog.suggest(shown) if suggest else ""
+    suggestion = catalog.suggested(shown)
+    if suggestion is None:
+        suggestion = ""
+        if sought[0] < MAX_SOUGHT_SUGGESTIONS:
+            sought[0] += 1
+            suggestion = catalog.suggest(shown)
     hint = (
         f"; did you mean {suggestion!r}?"
         if suggestion

@@ -24,7 +24,7 @@ from ._model import (
     Code,
     closest,
     is_text,
-    plain_text,
+    plain_scalar,
 )
 from ._schema import Option, OptType
 
@@ -270,24 +270,9 @@ def _invalid(
 _NUMBERS: Final = (int, float)
 
 
-def _plain(raw: JSON) -> JSON:
-    """A str, int or float subclass (in process only: an enum member, say) as the plain value
-    it holds, so that it is checked and answered like one whatever its own methods say."""
-    kind = type(raw)
-    if kind is str or kind is int or kind is float or kind is bool:
-        return raw
-    if isinstance(raw, str):
-        return plain_text(raw)
-    if isinstance(raw, int):
-        return int.__int__(raw)
-    if isinstance(raw, float):
-        return float.__float__(raw)
-    return raw
-
-
 def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
     """The value in the option's own type, and whether it had to be converted."""
-    raw = _plain(given)
+    raw = plain_scalar(given)  # a request mutated after it was built may hold a subclass
     kind = option.type
     if kind is OptType.INT:
         if isinstance(raw, bool):
@@ -309,7 +294,7 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
         return _invalid(option, raw, "true or false")
     if kind in (OptType.STR, OptType.PATH):
         if isinstance(raw, str):
-            if len(raw) > MAX_TEXT_VALUE:
+            if len(raw) > MAX_TEXT_VALUE and not option.choices:  # a choice: "not one of"
                 return _invalid(
                     option,
                     raw,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
@@ -55,25 +56,31 @@ class JsonDoc:
             self._layout = Layout(self.text)
         return self._layout
 
-    def position(self, path: Path) -> tuple[int, int]:
-        """Line and column of the value at `path`, or of its nearest recorded parent."""
+    def position(self, path: Path) -> tuple[int, int, str]:
+        """Line and column of the value at `path`. Where only a parent's are known (the value
+        lies too deep, or too far into a long file, to be placed exactly), the parent's, with
+        a note for the message saying whose they are."""
         for end in range(len(path), -1, -1):
             offset = self.layout().find(path[:end])
             if offset is not None:
-                return line_and_column(self.text, offset)
-        return 0, 0
+                line, column = line_and_column(self.text, offset)
+                if end == len(path):
+                    return line, column, ""
+                held = f" (the line and column are those of {describe(path[:end])}, which holds it)"
+                return line, column, held
+        return 0, 0, ""
 
     def error(
         self, path: Path, text: str, *, suggestion: str = "", rule: str | None = None
     ) -> None:
         if self.issues.room(error=True):
-            line, column = self.position(path)
-            self.issues.error(line, column, text, suggestion=suggestion, rule=rule)
+            line, column, held = self.position(path)
+            self.issues.error(line, column, text + held, suggestion=suggestion, rule=rule)
 
     def note(self, path: Path, text: str, *, rule: str | None = None) -> None:
         if self.issues.room(error=False):
-            line, column = self.position(path)
-            self.issues.note(line, column, text, rule=rule)
+            line, column, held = self.position(path)
+            self.issues.note(line, column, text + held, rule=rule)
 
     def unknown(
         self,
@@ -86,8 +93,8 @@ class JsonDoc:
         rule: str | None = None,
     ) -> None:
         if self.issues.room(error=True):
-            line, column = self.position(path)
-            self.issues.unknown(line, column, what, word, choices, within=within, rule=rule)
+            line, column, held = self.position(path)
+            self.issues.unknown(line, column, what, word, choices, within=within + held, rule=rule)
 
     def check_keys(
         self, path: Path, obj: dict[str, object], allowed: Sequence[str], *, rule: str | None = None
@@ -182,12 +189,13 @@ def load_object(
     comment_at = None
     if allow_comments:
         text, comment_at = _blank_comments(text)
-    repeated = False
+    repeated: list[str] = []
 
     def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
-        nonlocal repeated
         value = dict(items)
-        repeated = repeated or len(value) != len(items)
+        if len(value) != len(items):  # each key once for every time it is written again
+            counts = Counter(key for key, _ in items)
+            repeated.extend(key for key, count in counts.items() for _ in range(count - 1))
         return value
 
     try:
@@ -215,8 +223,14 @@ def load_object(
         return None
     doc = JsonDoc(text, value, issues)
     if repeated:
+        unplaced = Counter(repeated)
         for key, offset in doc.layout().repeats():
+            unplaced[key] -= 1
             if issues.room(error=True):
                 line, column = line_and_column(text, offset)
                 issues.error(line, column, f"key {show(key)} appears twice in the same object")
+        for key in dict.fromkeys(repeated):  # past the tokens a position is sought over
+            if unplaced[key] > 0 and issues.room(error=True):
+                far = "(too far into the file to say where)"
+                issues.error(0, 0, f"key {show(key)} appears twice in the same object {far}")
     return doc

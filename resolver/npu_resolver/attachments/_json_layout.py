@@ -67,14 +67,17 @@ class Layout:
         return self.offsets.get(path)
 
     def repeats(self) -> Iterator[tuple[str, int]]:
-        """Each key that repeats within one object, with its offset, as the scan finds it."""
+        """Each key that repeats within one object, with its offset, as the scan finds it
+        while the file's MAX_SOUGHT_TOKENS last."""
         done = 0
         while True:
             if done < len(self.repeated):
                 yield self.repeated[done]
                 done += 1
-            elif next(self._steps, True) is not None:
+            elif not self._budget or next(self._steps, True) is not None:
                 return
+            else:
+                self._budget -= 1
 
     def _scan(self) -> Iterator[None]:
         text = self._text
