@@ -277,19 +277,8 @@ def test_a_request_the_decoder_refuses_for_another_reason_is_still_malformed(
     assert "not a valid ResolveRequest" in info.value.details()
 
 
-def test_a_batch_lets_the_workers_other_calls_run_while_it_is_answered() -> None:
-    """A batch of a thousand items takes most of a second of one worker: between slices of it,
-    the event loop runs the worker's other calls (a health probe must not wait it out)."""
-    from npu_resolver_server import PolicyStore
-    from npu_resolver_server._servicer import BATCH_SLICE, ResolverService
-
-    service = ResolverService(PolicyStore.fixed(None))
-    batch = pb.ResolveBatchRequest(
-        requests=[
-            pb.ResolveRequest(product="atlas-a2", config_json=f'{{"hccl_timeout": {600 + i}}}')
-            for i in range(MAX_BATCH_ITEMS)
-        ]
-    )
+def _turns_during(service: Any, batch: pb.ResolveBatchRequest) -> tuple[int, Any]:
+    """The turns another task got on the event loop while `service` answered `batch`."""
 
     class Context:
         def time_remaining(self) -> float | None:
@@ -311,7 +300,24 @@ def test_a_batch_lets_the_workers_other_calls_run_while_it_is_answered() -> None
         other.cancel()
         return turns - start, answer
 
-    turns, answer = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_a_batch_lets_the_workers_other_calls_run_while_it_is_answered() -> None:
+    """A batch of a thousand items takes most of a second of one worker: between slices of it,
+    the event loop runs the worker's other calls (a health probe must not wait it out)."""
+    from npu_resolver_server import PolicyStore
+    from npu_resolver_server._servicer import BATCH_SLICE, ResolverService
+
+    service = ResolverService(PolicyStore.fixed(None))
+    batch = pb.ResolveBatchRequest(
+        requests=[
+            pb.ResolveRequest(product="atlas-a2", config_json=f'{{"hccl_timeout": {600 + i}}}')
+            for i in range(MAX_BATCH_ITEMS)
+        ]
+    )
+
+    turns, answer = _turns_during(service, batch)
     assert answer.code is grpc.StatusCode.OK
     assert turns >= MAX_BATCH_ITEMS // BATCH_SLICE - 1
 
@@ -342,27 +348,7 @@ def test_a_batch_of_heavy_items_yields_between_them() -> None:
         ]
     )
 
-    class Context:
-        def time_remaining(self) -> float | None:
-            return None
-
-    async def run() -> tuple[int, Any]:
-        turns = 0
-
-        async def other_call() -> None:
-            nonlocal turns
-            while True:
-                turns += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_call())
-        await asyncio.sleep(0)
-        start = turns
-        answer = await service.resolve_batch(batch.SerializeToString(), Context())
-        other.cancel()
-        return turns - start, answer
-
-    turns, answer = asyncio.run(run())
+    turns, answer = _turns_during(service, batch)
     assert answer.code is grpc.StatusCode.OK
     assert turns >= items - 1
 
