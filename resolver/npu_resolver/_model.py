@@ -123,7 +123,9 @@ def plain_text(text: str) -> str:
     return text if type(text) is str else str.__str__(text)
 
 
-_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+FLAT_TYPES: Final = frozenset({str, int, float, bool, type(None)})
+"""Types whose values hold no others (exactly these: a subclass may be anything). Asked
+before isinstance(), which is several times slower on a value that is neither."""
 
 
 def plain_json(value: JSON) -> JSON:
@@ -140,7 +142,7 @@ def plain_scalar(value: JSON) -> JSON:
     """A str, int or float subclass (in process only: an enum member, say) as the plain value
     it holds, read by the base type's own methods; any other value as it is."""
     kind = type(value)  # never isinstance(): it asks the value's own __class__
-    if kind in _PLAIN:
+    if kind in FLAT_TYPES:
         return value
     if issubclass(kind, str):
         return str.__str__(value)
@@ -153,7 +155,7 @@ def plain_scalar(value: JSON) -> JSON:
 
 def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
     kind = type(value)
-    if kind in _PLAIN:
+    if kind in FLAT_TYPES:
         return value
     is_list = issubclass(kind, list)
     if not (is_list or issubclass(kind, dict)):
@@ -176,8 +178,8 @@ def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
     return dict(plain_pairs) if changed else value
 
 
-_TEXT: Final = frozenset({str})
-_JSON_TYPES: Final = _PLAIN | {dict, list}
+TEXT_TYPES: Final = frozenset({str})
+_JSON_TYPES: Final = FLAT_TYPES | {dict, list}
 _CONTAINERS: Final = frozenset({dict, list})
 
 
@@ -185,8 +187,8 @@ def _all_plain(config: dict[Any, Any]) -> bool:
     """Whether a config holds exact JSON types only, keys included, as far as the resolver
     reads it: nothing for plain_json to convert. Level by level, a level's types in one pass
     in C; past the depth or width the resolver reads, a config is refused unread anyway."""
-    if _PLAIN.issuperset(map(type, config.values())):  # no value holds others: the common case
-        return _PLAIN.issuperset(map(type, config))
+    if FLAT_TYPES.issuperset(map(type, config.values())):  # no value holds others: the common case
+        return FLAT_TYPES.issuperset(map(type, config))
     level: list[Any] = [config]
     items = 0
     for _ in range(MAX_CONFIG_DEPTH + 1):
@@ -202,7 +204,7 @@ def _all_plain(config: dict[Any, Any]) -> bool:
         if items > MAX_CONFIG_ITEMS:
             return True
         types = set(map(type, values))
-        if not (_PLAIN.issuperset(map(type, keys)) and _JSON_TYPES.issuperset(types)):
+        if not (FLAT_TYPES.issuperset(map(type, keys)) and _JSON_TYPES.issuperset(types)):
             return False
         if types.isdisjoint(_CONTAINERS):
             return True
@@ -472,7 +474,8 @@ class ResolveRequest:
                 raise TypeError(f"ResolveRequest.{name} must be a mapping, not {_kind(self, name)}")
             copied = _own(entries)
             if not (
-                _TEXT.issuperset(map(type, copied)) and _TEXT.issuperset(map(type, copied.values()))
+                TEXT_TYPES.issuperset(map(type, copied))
+                and TEXT_TYPES.issuperset(map(type, copied.values()))
             ):
                 for key, value in copied.items():
                     if not (issubclass(type(key), str) and issubclass(type(value), str)):

@@ -21,6 +21,7 @@ from ._model import (
     JSON,
     MAX_MEMO_TEXT,
     MAX_SUGGESTED_TEXT,
+    TEXT_TYPES,
     Code,
     Diagnostic,
     Provenance,
@@ -45,7 +46,6 @@ _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULT
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
-_TEXT: Final = frozenset({str})
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
 
 
@@ -132,7 +132,7 @@ def _read_config(
         )
         return explicit
     views, config = state.view, request.config
-    if _TEXT.issuperset(map(type, config)):
+    if TEXT_TYPES.issuperset(map(type, config)):
         names = sorted(config)
     else:  # keys that are not text (in process only): unknown options, ordered by their text
         # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ._model import (
+    FLAT_TYPES,
     JSON,
     MAX_CONFIG_DEPTH,
     MAX_CONFIG_ITEMS,
@@ -209,9 +210,6 @@ def config_refusal(shape: str) -> str:
 
 
 _CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
-_FLAT: Final = frozenset({str, int, bool, float, type(None)})
-"""Types whose values hold no others (exactly these: a subclass may be a container). Asked
-before isinstance(), which is several times slower on a value that is neither."""
 
 
 def config_shape(
@@ -227,10 +225,10 @@ def config_shape(
     items = len(config)
     if items > max_items:
         return f"more than {max_items} keys and items in all"
-    if _FLAT.issuperset(map(type, config.values())):
+    if FLAT_TYPES.issuperset(map(type, config.values())):
         return None  # no value holds others: one pass in C
     level = [
-        v for v in config.values() if type(v) not in _FLAT and issubclass(type(v), _CONTAINERS)
+        v for v in config.values() if type(v) not in FLAT_TYPES and issubclass(type(v), _CONTAINERS)
     ]
     depth = 2
     while level:
@@ -248,7 +246,9 @@ def config_shape(
                 following.extend(list.__iter__(item))
         if items > max_items:
             return f"more than {max_items} keys and items in all"
-        level = [c for c in following if type(c) not in _FLAT and issubclass(type(c), _CONTAINERS)]
+        level = [
+            c for c in following if type(c) not in FLAT_TYPES and issubclass(type(c), _CONTAINERS)
+        ]
         depth += 1
     return None
 
