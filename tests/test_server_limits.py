@@ -10,15 +10,19 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from hypothesis import given
+from hypothesis import strategies as st
 
+from npu_resolver import MAX_CONFIG_ITEMS
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
-from npu_resolver_server._encode import field
+from npu_resolver_server._encode import field, length_delimited, struct_items
 from npu_resolver_server._servicer import (
     MAX_BATCH_ITEMS,
     MAX_DETAILS_BYTES,
     MAX_DIFF_PRODUCTS,
     fit_trailer,
+    too_large,
 )
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 
@@ -436,3 +440,83 @@ def test_a_batch_item_with_too_many_entries_fails_alone(
     results = pb.ResolveBatchResponse.FromString(reply).results
     assert [r.WhichOneof("result") for r in results] == ["response", "status", "response"]
     assert "env entries" in results[1].status.message
+
+
+def _keys_and_items(data: Any) -> int:
+    """config_shape's count: every key of an object and every item of a list, at every level."""
+    if isinstance(data, dict):
+        return len(data) + sum(_keys_and_items(v) for v in data.values())
+    if isinstance(data, list):
+        return len(data) + sum(_keys_and_items(v) for v in data)
+    return 0
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=300),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=40,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), _json, max_size=8))
+def test_the_pre_decode_walk_counts_a_structs_keys_and_items_as_the_core_does(
+    config: dict[str, Any],
+) -> None:
+    message = pb.ResolveRequest()
+    message.config.update(config)
+    (raw,) = length_delimited(message.SerializeToString(), 2) or [b""]
+    total = _keys_and_items(config)
+    assert struct_items(raw, total + 1) == total
+    if total:
+        assert struct_items(raw, total - 1) == total  # read no further than one past the bound
+
+
+@pytest.mark.parametrize("raw", [b"\x0a\x05\x0a\x01", b"\x0a", b"\x0b", b"\x0a\x80"])
+def test_the_pre_decode_walk_refuses_what_it_cannot_read(raw: bytes) -> None:
+    assert struct_items(raw, 100) is None
+
+
+NESTED_WIDE = {
+    "an object one level down": {"memory_config": {f"k{i:06d}": 1 for i in range(10_001)}},
+    "a list one level down": {"memory_config": list(range(10_001))},
+    "a list of objects": {"memory_config": [{"k": i} for i in range(5_001)]},
+}
+
+
+@pytest.mark.parametrize("config", NESTED_WIDE.values(), ids=NESTED_WIDE)
+def test_a_struct_config_wide_below_its_top_level_is_the_in_process_report_unread(
+    grpc_target: str,  # noqa: F811
+    config: dict[str, Any],
+) -> None:
+    """protobuf's decoder reads a nested map in time quadratic in its size as well (150,000
+    keys one level down: half a second): such a config is refused from its bytes, with the
+    answer a resolve in process gives."""
+    from npu_resolver import ResolveRequest, resolve
+
+    request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING, validate_only=True)
+    request.config.update(config)
+    raw = request.SerializeToString()
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "config"
+    code, reply = _call(grpc_target, RESOLVE, raw)
+    assert code is grpc.StatusCode.OK
+    answer = pb.ResolveResponse.FromString(reply)
+    local = resolve(ResolveRequest("atlas-a2", config, workdir=PADDING))
+    assert [(d.option, d.message) for d in answer.diagnostics] == [
+        (d.option, d.message) for d in local.diagnostics
+    ]
+    assert "more than 10000 keys and items in all" in answer.diagnostics[0].message
+
+
+def test_a_large_struct_config_within_the_bound_is_read(grpc_target: str) -> None:  # noqa: F811
+    """R-MEM-1: memory_config passes through, here whole."""
+    config = {"memory_config": {f"k{i:05d}": "v" * 40 for i in range(MAX_CONFIG_ITEMS - 1)}}
+    request = pb.ResolveRequest(product="atlas-a2", validate_only=True)
+    request.config.update(config)
+    raw = request.SerializeToString()
+    assert len(raw) > 256 * 1024
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) is None
+    code, reply = _call(grpc_target, RESOLVE, raw)
+    assert code is grpc.StatusCode.OK
+    answer = pb.ResolveResponse.FromString(reply)
+    assert answer.ok
+    assert len(answer.options.fields["memory_config"].struct_value.fields) == MAX_CONFIG_ITEMS - 1

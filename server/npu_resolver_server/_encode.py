@@ -95,6 +95,75 @@ def count_fields(raw: bytes, most: int) -> dict[int, int] | None:
     return counts
 
 
+_STRUCT, _ENTRY, _VALUE, _LIST = range(4)
+_INNER: Final = {
+    (_STRUCT, 1): _ENTRY,  # Struct.fields: a map entry, one key of the object
+    (_ENTRY, 2): _VALUE,  # the entry's value
+    (_VALUE, 5): _STRUCT,  # Value.struct_value
+    (_VALUE, 6): _LIST,  # Value.list_value
+    (_LIST, 1): _VALUE,  # ListValue.values: one item of the list
+}
+
+
+_SCALAR_SIZES: Final = {0x08: 2, 0x11: 9, 0x20: 2}
+"""A Value that is null, a number or a bool: its one field's first byte and the Value's size."""
+
+
+def _scalar(raw: bytes, pos: int, size: int) -> bool:
+    """Whether the Value at `pos` is one scalar field, holding nothing more to count."""
+    first = raw[pos]
+    if first == 0x1A:  # string_value: its length must reach the Value's end exactly
+        length, start = _read_varint(raw, pos + 1, _MAX_KEY_BYTES)
+        return start - pos + length == size
+    return _SCALAR_SIZES.get(first) == size
+
+
+def struct_items(raw: bytes, most: int) -> int | None:
+    """The keys and items in all of a google.protobuf.Struct's bytes, at every level (what
+    config_shape counts in the decoded object), read no further than `most` of them (so a total
+    above `most` means "more"); None if it is not a message this walk reads. protobuf's decoder
+    reads each map in time quadratic in its size, a nested one too: 150,000 keys one level
+    down take it half a second."""
+    count = 0
+    pending = [(0, len(raw), _STRUCT)]
+    inners = _INNER
+    read = _read_varint
+    try:
+        while pending:
+            pos, end, kind = pending.pop()
+            while pos < end:
+                key = raw[pos]  # a one-byte key and length are the rule: read them here
+                pos += 1
+                if key > 127:
+                    key, pos = read(raw, pos - 1, _MAX_KEY_BYTES)
+                wire = key & 7
+                if wire == 2:
+                    size = raw[pos]
+                    pos += 1
+                    if size > 127:
+                        size, pos = read(raw, pos - 1, _MAX_KEY_BYTES)
+                    inner = inners.get((kind, key >> 3))
+                    if inner is not None:
+                        if inner == _ENTRY or kind == _LIST:
+                            count += 1
+                            if count > most:
+                                return count
+                        if size and not (inner == _VALUE and _scalar(raw, pos, size)):
+                            pending.append((pos, pos + size, inner))
+                    pos += size
+                elif wire == 0:
+                    pos = read(raw, pos, _MAX_VARINT_BYTES)[1]
+                elif wire in (1, 5):
+                    pos += 8 if wire == 1 else 4
+                else:
+                    return None
+            if pos != end:
+                return None  # a field runs past the end of its message
+    except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
+        return None
+    return count
+
+
 def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, int]] | None:
     """The top-level fields of `raw` as (key, start, payload start, end) offsets, the first
     `most` of them when given; None if it is cut short or holds a group (long deprecated, and

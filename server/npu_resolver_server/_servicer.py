@@ -37,7 +37,14 @@ from npu_resolver_client.wire import (
 
 from . import _logging
 from ._cache import Answer, AnswerCache
-from ._encode import count_fields, encode_resolution, field, length_delimited, without_field
+from ._encode import (
+    count_fields,
+    encode_resolution,
+    field,
+    length_delimited,
+    struct_items,
+    without_field,
+)
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
 from .settings import (
@@ -236,8 +243,6 @@ MAX_MAP_ENTRIES: Final = 8192
 MAX_TOP_LEVEL_FIELDS: Final = 65_536
 """Fields at a request's top level looked at, before protobuf, for its maps' sizes (a few tens
 of milliseconds); a request with more is refused unread."""
-STRUCT_FIELDS: Final = 1
-"""`fields`, the map of a google.protobuf.Struct."""
 
 
 _MAPS: dict[str, dict[int, str]] = {}
@@ -258,7 +263,8 @@ def _maps(kind: type[message.Message]) -> dict[int, str]:
 def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | None:
     """The field of a request too large to decode, read from its bytes before protobuf reads
     them: a map (env, attachments) of more than MAX_MAP_ENTRIES entries, "config" for a config
-    Struct of more than `max_keys` keys (more than the server reads), "request" for more than
+    Struct of more than `max_keys` keys and items in all, at any level (more than the server
+    reads), "request" for more than
     MAX_TOP_LEVEL_FIELDS fields in all. None for a request this walk cannot read: protobuf
     refuses it."""
     if len(raw) <= LARGE_REQUEST_BYTES:
@@ -273,10 +279,11 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
         return "request"
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
-        if len(config) > max_keys:  # each key takes a byte or more: fewer bytes, fewer keys
-            entries = count_fields(config, max_keys + 1)
-            keys += entries.get(STRUCT_FIELDS, 0) if entries is not None else 0
-    return "config" if keys > max_keys else None
+        # Occurrences merge into one Struct: their keys and items add up.
+        keys += struct_items(config, max_keys - keys) or 0
+        if keys > max_keys:
+            return "config"
+    return None
 
 
 def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, LeftOut]:
