@@ -45,6 +45,36 @@ def test_a_request_seeks_a_bounded_number_of_new_suggestions_and_reuses_the_rest
     assert suggestions(typos) == ["hccl_timeout"] * (MAX_SOUGHT + 4)
 
 
+def test_a_diffs_columns_share_one_budget_and_suggest_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A diff over five products seeks the close names once, not once per column, and so
+    every column gives an unknown name the same suggestion (or none)."""
+    from npu_resolver import diff
+
+    catalog = Catalog(OPTIONS)
+    sought: list[str] = []
+    suggest = catalog.suggest
+
+    def counted(name: str) -> str:
+        sought.append(name)
+        return suggest(name)
+
+    monkeypatch.setattr(catalog, "suggest", counted)
+    typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_SOUGHT * 3)]
+    products = ["atlas-350", "atlas-a3", "atlas-a2", "atlas-training", "atlas-300i-duo"]
+    result = diff(ResolveRequest("atlas-a2", dict.fromkeys(typos, 1)), products, catalog=catalog)
+    assert len(sought) == MAX_SOUGHT
+    columns = {
+        product: [(d.option, d.suggestion) for d in answer.errors]
+        for product, answer in result.results.items()
+    }
+    assert len(columns) == len(products)
+    first = next(iter(columns.values()))
+    assert sum(1 for _, suggestion in first if suggestion) == MAX_SOUGHT
+    assert all(column == first for column in columns.values())
+
+
 def test_suggestions_are_kept_for_short_names_only_and_bounded() -> None:
     catalog = Catalog(OPTIONS)
     assert catalog.suggest("hccl_timeot") == "hccl_timeout"

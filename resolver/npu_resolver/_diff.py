@@ -13,7 +13,7 @@ from typing import Final
 from ._catalog import CATALOG, Catalog
 from ._content import shared_reads
 from ._model import JSON, Resolution, ResolveRequest, Source, read_request
-from ._pipeline import check_arguments, resolve
+from ._pipeline import check_arguments, resolve, shared_suggestions
 from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
 
@@ -127,7 +127,8 @@ def diff(
     check_arguments(request, policy, "diff")
     # A product named twice, by id or alias, is one column, resolved once.
     columns = check_diff_products(products)
-    with shared_reads():  # each attachment read once for all the columns
+    # Each attachment read once, and a close name sought once, for all the columns.
+    with shared_reads(), shared_suggestions():
         resolved = [
             (product, resolve(_for_product(request, product), catalog=catalog, policy=policy))
             for product in columns

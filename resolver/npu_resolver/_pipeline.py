@@ -6,7 +6,9 @@ derived values, rounding, cross-option rules, effective paths. No I/O happens he
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -139,7 +141,7 @@ def _read_config(
         for shown in sorted(key_text(name) for name in config if type(name) is not str):
             _unknown_option(state, catalog, shown, [MAX_SOUGHT_SUGGESTIONS])  # none is like them
         names = sorted(name for name in config if type(name) is str)
-    sought = [0]
+    sought = _SOUGHT.get() or [0]
     for name in names:
         raw = config[name]
         view = views.get(name)
@@ -174,6 +176,21 @@ MAX_SOUGHT_SUGGESTIONS: Final = 32
 """Unknown option names of one request for which a close name is sought anew: each costs
 difflib up to a millisecond, and a config may hold 512 keys. A name sought before (by any
 request) gets its suggestion whatever the count."""
+
+
+_SOUGHT: ContextVar[list[int] | None] = ContextVar("_SOUGHT", default=None)
+
+
+@contextmanager
+def shared_suggestions() -> Iterator[None]:
+    """Within it, the close names sought anew are counted once for all the resolves: a diff's
+    columns share one budget, and so give an unknown name the same suggestion in every column
+    (the names sought for the first column are found again for the others)."""
+    token = _SOUGHT.set([0])
+    try:
+        yield
+    finally:
+        _SOUGHT.reset(token)
 
 
 def _unknown_option(state: State, catalog: Catalog, key: str, sought: list[int]) -> None:
