@@ -240,3 +240,24 @@ def test_slot_fields_are_in_the_order_the_plain_value_path_writes_them() -> None
         "prov",
         "fragment",
     )
+
+
+def test_env_values_asked_again_get_the_same_answer_on_every_product() -> None:
+    """R-HCT-2, R-SDI-1: the slot and FROM_ENV note a variable's value gives are kept per
+    product and mode for the values that recur; a warm catalog answers as a fresh one does,
+    and one product's kept answer never reaches another's."""
+    from npu_resolver import PRODUCTS, fingerprint
+    from npu_resolver._catalog import Catalog
+    from npu_resolver._options import OPTIONS
+
+    envs = [ENV, {"HCCL_EXEC_TIMEOUT": " 600 ", "ASCEND_DEVICE_ID": "3"}, {"AOE_MODE": "2"}]
+    for mode in (0, 1):
+        for product in PRODUCTS:
+            for env in envs:
+                request = ResolveRequest(
+                    product=product.id, config={"graph_run_mode": mode}, env=dict(env)
+                )
+                warm = [resolve(request) for _ in range(2)]
+                fresh = resolve(request, catalog=Catalog(OPTIONS))
+                assert warm[0] == warm[1] == fresh
+                assert fresh.fingerprint == fingerprint(fresh.product, fresh.options)

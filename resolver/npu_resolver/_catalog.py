@@ -28,6 +28,7 @@ from ._schema import Default, Mode, Option, OptType, Range, ValueGate
 from ._values import unfit
 
 if TYPE_CHECKING:
+    from ._model import Diagnostic
     from ._state import Slot
     from ._values import Parsed, Problem
 
@@ -72,6 +73,10 @@ class OptionView:
     """The slots of plain values callers set, by value, built once each (by precedence): the
     same few values recur. Values of `pytype` only, so 1 and True never share one; bounded
     (see _precedence._MAX_USER_SLOTS)."""
+    env_slots: dict[JSON, tuple[Slot, Diagnostic | None]]
+    """The slots of values the option's environment variable gave, with their FROM_ENV note
+    (None where the option does not act), by value, built once each (by precedence), bounded
+    as user_slots are."""
     env_texts: dict[str, Parsed | Problem]
     """What the text of the option's environment variable parses to, by text (by read_env):
     a job's environment is much the same from one request to the next. Plain `str` texts
@@ -210,6 +215,7 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
         accepts=_acceptor(option, rng),
         user_slots={},
+        env_slots={},
         env_texts={},
     )
 

@@ -12,7 +12,7 @@ from typing import Final
 from ._catalog import OptionView
 from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
-from ._model import JSON, Code, Source, unset
+from ._model import CODE_SEVERITY, JSON, Code, Diagnostic, Provenance, Source, diagnostic, unset
 from ._schema import Mode, Option
 from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
@@ -177,16 +177,40 @@ def _environment(asked: _Asked) -> Decision:
     from_env = asked.from_env
     if from_env is None:
         return _NEXT
-    option = asked.view.option
-    if asked.view.acts:
-        asked.state.emit(
+    slot, note = _env_slot(asked.view, from_env)
+    if note is not None:
+        asked.state.diagnostics.append(note)
+    return slot
+
+
+def _env_slot(view: OptionView, value: JSON) -> tuple[Slot, Diagnostic | None]:
+    """The slot of a value the option's variable gave, with its provenance and fingerprint
+    fragment, and its FROM_ENV note where the option acts; kept per view for the values that
+    recur (a job's environment is much the same from one request to the next)."""
+    kept = type(value) is view.pytype
+    if kept:
+        found = view.env_slots.get(value)
+        if found is not None:
+            return found
+    option = view.option
+    name = option.name
+    rules = _rules(option.rule, option.env_rule)
+    provenance = Provenance(Source.ENV, rules, _UNSET, option.env)
+    fields = (value, Source.ENV, rules, _UNSET, option.env, "", False, provenance)
+    slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
+    note = None
+    if view.acts:
+        note = diagnostic(
+            CODE_SEVERITY[Code.FROM_ENV],
             Code.FROM_ENV,
-            option.name,
+            name,
             option.env_rule,
-            f"{option.name} is {show(from_env)} from {option.env}; "
-            f"set {option.name} to override it.",
+            f"{name} is {show(value)} from {option.env}; set {name} to override it.",
         )
-    return Slot(from_env, Source.ENV, _rules(option.rule, option.env_rule), env_var=option.env)
+    short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
+    if kept and short and len(view.env_slots) < _MAX_USER_SLOTS:
+        view.env_slots[value] = (slot, note)
+    return slot, note
 
 
 def _policy_default(asked: _Asked) -> Decision:
@@ -285,10 +309,21 @@ def apply_precedence(
     state.touched = sorted(touched, key=order.__getitem__)
     views, slots, undocumented = state.view, state.slots, state.undocumented
     others = env_values.keys() | layer.locked.keys() | layer.defaults.keys()
+    locked, refused, diagnostics = layer.locked, state.refused, state.diagnostics
     new_slot, user = tuple.__new__, Source.USER
     for name in state.touched:
         given = explicit.get(name)
-        if given is not None and name not in others:
+        if given is None:
+            from_env = env_values.get(name)
+            if from_env is not None and name not in locked and name not in refused:
+                # The job's variable and no lock: the chain's answer, found without walking it.
+                slots[name], note = _env_slot(views[name], from_env)
+                if note is not None:
+                    diagnostics.append(note)
+                if undocumented:
+                    undocumented.pop(name, None)
+                continue
+        elif name not in others:
             # The common case: a caller's value and nothing else about this option. Built
             # with tuple.__new__, the same Slot without the named-tuple constructor's frame
             # (fields by position: tests/test_precedence.py pins their order).
