@@ -520,3 +520,46 @@ def test_a_large_struct_config_within_the_bound_is_read(grpc_target: str) -> Non
     answer = pb.ResolveResponse.FromString(reply)
     assert answer.ok
     assert len(answer.options.fields["memory_config"].struct_value.fields) == MAX_CONFIG_ITEMS - 1
+
+
+# An unknown group (wire types 3 and 4): long deprecated, but protobuf's decoder reads it as an
+# unknown field, so it must not make the walk before decoding give up on the rest.
+GROUP = b"\x9b\x06" + b"\x38\x01" + b"\x9c\x06"  # field 99: start, a varint field 7, end
+
+
+def test_an_unknown_group_does_not_hide_a_map_too_large_to_decode(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
+
+    request = pb.ResolveRequest(
+        product="atlas-a2",
+        workdir=PADDING,
+        env={f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)},
+    )
+    raw = GROUP + request.SerializeToString()
+    assert pb.ResolveRequest.FromString(raw).product == "atlas-a2"  # the decoder reads it
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "env"
+    code, error = _call(grpc_target, RESOLVE, raw)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert _violations(error) == [("env", "TOO_MANY_ENTRIES")]
+
+
+def test_an_unknown_group_inside_a_struct_config_is_passed_over() -> None:
+    wide = pb.ResolveRequest()
+    wide.config.update({"memory_config": {f"k{i:06d}": 1 for i in range(MAX_CONFIG_ITEMS + 1)}})
+    (config,) = length_delimited(wide.SerializeToString(), 2) or [b""]
+    raw = field(1, b"atlas-a2") + field(2, GROUP + config) + field(4, PADDING.encode())
+    assert struct_items(GROUP + config, 10**6) == MAX_CONFIG_ITEMS + 2
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "config"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x9b\x06\x38\x01", b"\x9b\x06\x9c\x07", b"\x9c\x06", b"\x9b\x06\x0a\x05ab\x9c\x06"],
+    ids=["never ends", "ends another", "ends unopened", "cut inside"],
+)
+def test_a_group_the_walk_cannot_read_gives_up_as_the_decoder_does(raw: bytes) -> None:
+    assert struct_items(raw, 100) is None
+    with pytest.raises(Exception, match="Error parsing"):
+        pb.ResolveRequest.FromString(raw)

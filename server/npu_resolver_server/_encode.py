@@ -68,8 +68,8 @@ def length_delimited(raw: bytes, number: int) -> list[bytes] | None:
     a repeated message's items exactly as the sender wrote them. `raw` must already have been
     parsed by the generated code; None if it holds anything this walk does not expect."""
     fields = _fields(raw)
-    if fields is None:
-        return None
+    if fields is None or any(key >> 3 == number and key & 7 != 2 for key, _, _, _ in fields):
+        return None  # the field in another wire type: the generated code refuses it
     return [raw[payload:end] for key, _, payload, end in fields if key == number << 3 | 2]
 
 
@@ -155,6 +155,8 @@ def struct_items(raw: bytes, most: int) -> int | None:
                     pos = read(raw, pos, _MAX_VARINT_BYTES)[1]
                 elif wire in (1, 5):
                     pos += 8 if wire == 1 else 4
+                elif wire == 3:  # an unknown group: no key or item of the object
+                    pos = _skip_group(raw, pos, key >> 3)
                 else:
                     return None
             if pos != end:
@@ -166,8 +168,9 @@ def struct_items(raw: bytes, most: int) -> int | None:
 
 def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, int]] | None:
     """The top-level fields of `raw` as (key, start, payload start, end) offsets, the first
-    `most` of them when given; None if it is cut short or holds a group (long deprecated, and
-    never in this API)."""
+    `most` of them when given; None if it is cut short. A group (long deprecated, never in this
+    API, but read by protobuf as an unknown field) is one field, passed over whole, so that
+    none can make this walk give up on a request the decoder then reads."""
     out: list[tuple[int, int, int, int]] = []
     pos, end = 0, len(raw)
     try:
@@ -184,12 +187,39 @@ def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, in
                 payload, pos = pos, _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
             elif kind in (1, 5):
                 payload, pos = pos, pos + (8 if kind == 1 else 4)
+            elif kind == 3:
+                payload, pos = pos, _skip_group(raw, pos, key >> 3)
             else:
-                return None
+                return None  # an end of group with no start
             out.append((key, start, payload, pos))
     except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
         return None
     return out if pos == end else None
+
+
+def _skip_group(raw: bytes, pos: int, number: int) -> int:
+    """The position just past the end of the group `number` whose start was read (groups
+    nest); IndexError when the bytes end first or a group ends that is not open."""
+    open_groups = [number]
+    while open_groups:
+        key, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
+        kind = key & 7
+        if kind == 2:
+            size, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
+            pos += size
+        elif kind == 0:
+            pos = _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
+        elif kind in (1, 5):
+            pos += 8 if kind == 1 else 4
+        elif kind == 3:
+            open_groups.append(key >> 3)
+        elif kind == 4 and key >> 3 == open_groups[-1]:
+            open_groups.pop()
+        else:
+            raise IndexError("not a group this walk reads")
+    if pos > len(raw):
+        raise IndexError("cut short")
+    return pos
 
 
 _MAX_KEY_BYTES: Final = 5
