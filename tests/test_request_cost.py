@@ -27,6 +27,19 @@ from npu_resolver_server._metrics import MAX_KEPT_CODES, Metrics
 from tests._server import grpc_server, grpc_target  # noqa: F401
 
 
+def _record_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[str]:
+    """The argument of every call of `owner.name` from now on (the calls still made)."""
+    calls: list[str] = []
+    real = getattr(owner, name)
+
+    def recorded(argument: str) -> object:
+        calls.append(argument)
+        return real(argument)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 def test_a_request_seeks_a_bounded_number_of_new_suggestions_and_reuses_the_rest() -> None:
     """difflib costs up to a millisecond a name and a config may hold 512 keys: a request seeks
     at most MAX_SOUGHT_SUGGESTIONS close names anew; a name sought before always gets one."""
@@ -53,14 +66,7 @@ def test_a_diffs_columns_share_one_budget_and_suggest_alike(
     from npu_resolver import diff
 
     catalog = Catalog(OPTIONS)
-    sought: list[str] = []
-    suggest = catalog.suggest
-
-    def counted(name: str) -> str:
-        sought.append(name)
-        return suggest(name)
-
-    monkeypatch.setattr(catalog, "suggest", counted)
+    sought = _record_calls(monkeypatch, catalog, "suggest")
     typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_SOUGHT * 3)]
     products = ["atlas-350", "atlas-a3", "atlas-a2", "atlas-training", "atlas-300i-duo"]
     result = diff(ResolveRequest("atlas-a2", dict.fromkeys(typos, 1)), products, catalog=catalog)
@@ -230,14 +236,7 @@ def test_a_diff_reads_each_attachment_once_for_all_its_columns(
     import npu_resolver
     from npu_resolver import attachments
 
-    reads: list[str] = []
-    real = attachments.decode_attachment
-
-    def counted(text: str) -> object:
-        reads.append(text)
-        return real(text)
-
-    monkeypatch.setattr(attachments, "decode_attachment", counted)
+    reads = _record_calls(monkeypatch, attachments, "decode_attachment")
     request = ResolveRequest(
         "atlas-a2",
         {"modify_mixlist": "/job/m.json", "precision_mode_v2": "mixed_float16"},

@@ -423,16 +423,21 @@ def test_a_struct_config_wider_than_read_is_the_in_process_report_unread(
     }
 
 
-def test_a_batch_item_with_too_many_entries_fails_alone(
-    grpc_target: str,  # noqa: F811
-) -> None:
+def _env_past_the_bound() -> pb.ResolveRequest:
+    """A request over LARGE_REQUEST_BYTES with one env entry more than is read."""
     from npu_resolver_server._servicer import MAX_MAP_ENTRIES
 
-    heavy = pb.ResolveRequest(
+    return pb.ResolveRequest(
         product="atlas-a2",
         workdir=PADDING,
         env={f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)},
     )
+
+
+def test_a_batch_item_with_too_many_entries_fails_alone(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    heavy = _env_past_the_bound()
     good = pb.ResolveRequest(product="atlas-a2")
     batch = pb.ResolveBatchRequest(requests=[good, heavy, good])
     code, reply = _call(grpc_target, BATCH, batch.SerializeToString())
@@ -530,14 +535,7 @@ GROUP = b"\x9b\x06" + b"\x38\x01" + b"\x9c\x06"  # field 99: start, a varint fie
 def test_an_unknown_group_does_not_hide_a_map_too_large_to_decode(
     grpc_target: str,  # noqa: F811
 ) -> None:
-    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
-
-    request = pb.ResolveRequest(
-        product="atlas-a2",
-        workdir=PADDING,
-        env={f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)},
-    )
-    raw = GROUP + request.SerializeToString()
+    raw = GROUP + _env_past_the_bound().SerializeToString()
     assert pb.ResolveRequest.FromString(raw).product == "atlas-a2"  # the decoder reads it
     assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "env"
     code, error = _call(grpc_target, RESOLVE, raw)
