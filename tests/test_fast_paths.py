@@ -252,12 +252,16 @@ def test_kept_slots_and_texts_stay_bounded_however_many_values_come() -> None:
     long_path = "/" + "x" * 300
     resolve(ResolveRequest("atlas-300i-duo", {"debug_dir": long_path}))
     assert len(view.user_slots) <= _MAX_USER_SLOTS
+    assert 1099 in view.user_slots  # a full table is emptied, not frozen on its first values
     debug_dir = CATALOG.view("atlas-300i-duo", Mode.TRAINING)["debug_dir"]
     assert long_path not in debug_dir.user_slots
     device = CATALOG.view("atlas-300i-duo", Mode.TRAINING)["session_device_id"]
     for number in range(100):
         resolve(ResolveRequest("atlas-300i-duo", env={"ASCEND_DEVICE_ID": str(number)}))
     assert len(device.env_texts) <= _MAX_ENV_TEXTS
+    assert len(device.env_slots) <= _MAX_USER_SLOTS
+    assert "99" in device.env_texts
+    assert 99 in device.env_slots
 
 
 def test_a_negative_zero_is_not_taken_for_the_zero_seen_before_it(

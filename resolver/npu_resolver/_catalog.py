@@ -20,6 +20,7 @@ from ._model import (
     Source,
     closest,
     is_text,
+    keep,
 )
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
@@ -256,8 +257,8 @@ class Catalog:
         found = self._suggested.get(name)
         if found is None:
             found = closest(name.lower(), self.by_name)
-            if len(self._suggested) < MAX_KEPT_SUGGESTIONS and len(name) <= MAX_MEMO_TEXT:
-                self._suggested[name] = found
+            if len(name) <= MAX_MEMO_TEXT:
+                keep(self._suggested, name, found, MAX_KEPT_SUGGESTIONS)
         return found
 
     def __contains__(self, name: object) -> bool:

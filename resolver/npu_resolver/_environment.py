@@ -8,7 +8,7 @@ from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, MAX_MEMO_TEXT, Code, plain_text
+from ._model import JSON, MAX_MEMO_TEXT, Code, keep, plain_text
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse
 
@@ -32,8 +32,8 @@ def read_env(
         parsed = view.env_texts.get(text)
         if parsed is None:
             parsed = parse(view, text.strip(), product=state.pid, from_text=True)
-            if len(text) <= MAX_MEMO_TEXT and len(view.env_texts) < _MAX_ENV_TEXTS:
-                view.env_texts[text] = parsed
+            if len(text) <= MAX_MEMO_TEXT:
+                keep(view.env_texts, text, parsed, _MAX_ENV_TEXTS)
         if isinstance(parsed, Problem):
             invalid[option.name] = (var, parsed)
             continue

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, Final
 
-from ._model import JSON, MAX_MEMO_TEXT
+from ._model import JSON, MAX_MEMO_TEXT, keep
 
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
@@ -82,8 +82,8 @@ def fragment(name: str, value: JSON) -> str:
     text = _FRAGMENTS.get(key)
     if text is None:
         text = f"{_string_text(name)}:{_SCALAR_TEXT[kind](value)}"
-        if len(_FRAGMENTS) < _MAX_FRAGMENTS and len(text) <= MAX_MEMO_TEXT:
-            _FRAGMENTS[key] = text
+        if len(text) <= MAX_MEMO_TEXT:
+            keep(_FRAGMENTS, key, text, _MAX_FRAGMENTS)
     return text
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Final
 
-from ._model import MAX_MEMO_TEXT
+from ._model import MAX_MEMO_TEXT, keep
 
 Grammar = Callable[[str], str | None]
 MAX_MEMO_ENTRIES: Final = 2048
@@ -41,12 +41,9 @@ def memoized(check: Grammar) -> Grammar:
             return recent[value]
         reason = check(value)
         if short:
-            if len(known) < MAX_MEMO_ENTRIES:
-                known[value] = reason
+            keep(known, value, reason, MAX_MEMO_ENTRIES)
         else:
-            if len(recent) >= MAX_RECENT_LONG:
-                recent.clear()
-            recent[value] = reason
+            keep(recent, value, reason, MAX_RECENT_LONG)
         return reason
 
     return verdict

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 JSON = Any
 """A JSON value: None, bool, int, float, str, list or dict of those."""
@@ -38,6 +38,17 @@ MAX_MEMO_TEXT: Final = 1024
 """Memo tables keep only strings this short (the paths memo, twice this in all): 4,096 entries
 of a KiB or two stay a few MiB, where a caller's megabyte-long paths would pin gigabytes."""
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def keep(table: dict[_K, _V], key: _K, value: _V, bound: int) -> None:
+    """Keep `value` in a memo table of at most `bound` entries. A full table is emptied first,
+    so that what recurs now is kept however many one-off values (a job's own workdir, a value
+    sent once) filled it before: a server that runs for weeks keeps its memos useful."""
+    if len(table) >= bound:
+        table.clear()
+    table[key] = value
 
 
 def is_text(value: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from typing import Final
 
-from ._model import MAX_MEMO_TEXT
+from ._model import MAX_MEMO_TEXT, keep
 from ._options import PATH_ENV_VARS
 from ._state import State
 
@@ -70,8 +70,8 @@ def effective_paths(state: State) -> dict[str, str]:
         return _compute(state)
     if known is None:
         known = _compute(state)
-        if len(_MEMO) < _MAX_MEMO and _short(key):
-            _MEMO[key] = known
+        if _short(key):
+            keep(_MEMO, key, known, _MAX_MEMO)
     return dict(known)
 
 

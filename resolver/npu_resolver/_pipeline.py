@@ -31,6 +31,7 @@ from ._model import (
     ResolveRequest,
     Severity,
     closest,
+    keep,
     plain_text,
     printable,
     resolution,
@@ -312,8 +313,8 @@ def _provenance(slot: Slot) -> Provenance:
         requested = slot.requested
         # Text within bounds; no float, as 0.0 == -0.0 would share one record.
         short = not isinstance(requested, str) or len(requested) <= MAX_MEMO_TEXT
-        if key and short and type(requested) is not float and len(_PROVENANCE) < _MAX_PROVENANCE:
-            _PROVENANCE[key] = cached
+        if key and short and type(requested) is not float:
+            keep(_PROVENANCE, key, cached, _MAX_PROVENANCE)
     return cached
 
 

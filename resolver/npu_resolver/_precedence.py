@@ -12,7 +12,17 @@ from typing import Final
 from ._catalog import OptionView
 from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
-from ._model import CODE_SEVERITY, JSON, Code, Diagnostic, Provenance, Source, diagnostic, unset
+from ._model import (
+    CODE_SEVERITY,
+    JSON,
+    Code,
+    Diagnostic,
+    Provenance,
+    Source,
+    diagnostic,
+    keep,
+    unset,
+)
 from ._schema import Mode, Option
 from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
@@ -208,8 +218,8 @@ def _env_slot(view: OptionView, value: JSON) -> tuple[Slot, Diagnostic | None]:
             f"{name} is {show(value)} from {option.env}; set {name} to override it.",
         )
     short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
-    if kept and short and len(view.env_slots) < _MAX_USER_SLOTS:
-        view.env_slots[value] = (slot, note)
+    if kept and short:
+        keep(view.env_slots, value, (slot, note), _MAX_USER_SLOTS)
     return slot, note
 
 
@@ -291,8 +301,8 @@ def _plain_slot(view: OptionView, name: str, value: JSON) -> Slot:
     fields = (value, Source.USER, view.user_rules, _UNSET, "", "", False, view.user_provenance)
     slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
     short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
-    if kept and short and len(view.user_slots) < _MAX_USER_SLOTS:
-        view.user_slots[value] = slot
+    if kept and short:
+        keep(view.user_slots, value, slot, _MAX_USER_SLOTS)
     return slot
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ._model import plain_text
+from ._model import keep, plain_text
 
 
 class Family(enum.StrEnum):
@@ -138,6 +138,6 @@ def product_id(text: str) -> str | None:
         return _SEEN[text]
     found = _ALIASES.get(alias_key(text))
     # Callers send a handful of spellings: kept while short and few, never grown unbounded.
-    if len(_SEEN) < 1024 and len(text) <= _MAX_NAME:
-        _SEEN[text] = found
+    if len(text) <= _MAX_NAME:
+        keep(_SEEN, text, found, 1024)
     return found
