@@ -81,6 +81,23 @@ def test_a_diffs_columns_share_one_budget_and_suggest_alike(
     assert all(column == first for column in columns.values())
 
 
+@pytest.mark.parametrize("seen_before", [0, MAX_KEPT_SUGGESTIONS - 6, MAX_KEPT_SUGGESTIONS])
+def test_a_diffs_columns_suggest_alike_however_full_the_catalogs_memo(seen_before: int) -> None:
+    """The columns share what was said for each name, not only the catalog's memo, which may
+    be emptied while the first column is resolved."""
+    from npu_resolver import diff
+
+    catalog = Catalog(OPTIONS)
+    for i in range(seen_before):
+        catalog.suggest(f"name{i}")
+    typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(40)]
+    products = ["atlas-a2", "atlas-a3", "atlas-training"]
+    result = diff(ResolveRequest("atlas-a2", dict.fromkeys(typos, 1)), products, catalog=catalog)
+    columns = [[d.suggestion for d in answer.errors] for answer in result.results.values()]
+    assert columns[0].count("hccl_timeout") == MAX_SOUGHT
+    assert columns[1] == columns[0] == columns[2]
+
+
 def test_suggestions_are_kept_for_short_names_only_and_bounded() -> None:
     catalog = Catalog(OPTIONS)
     assert catalog.suggest("hccl_timeot") == "hccl_timeout"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
@@ -140,9 +140,9 @@ def _read_config(
     else:  # keys that are not text (in process only): unknown options, ordered by their text
         # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs
         for shown in sorted(key_text(name) for name in config if type(name) is not str):
-            _unknown_option(state, catalog, shown, [MAX_SOUGHT_SUGGESTIONS])  # none is like them
+            _unknown_option(state, catalog, shown, _Suggestions(MAX_SOUGHT_SUGGESTIONS))
         names = sorted(name for name in config if type(name) is str)
-    sought = _SOUGHT.get() or [0]
+    sought = _SOUGHT.get() or _Suggestions()
     for name in names:
         raw = config[name]
         view = views.get(name)
@@ -179,30 +179,41 @@ difflib up to a millisecond, and a config may hold 512 keys. A name sought befor
 request) gets its suggestion whatever the count."""
 
 
-_SOUGHT: ContextVar[list[int] | None] = ContextVar("_SOUGHT", default=None)
+@dataclass(slots=True)
+class _Suggestions:
+    """The close names one call gave: how many it sought anew, and what it said for each
+    unknown name (so that a diff's columns say the same, whatever the catalog's memo keeps)."""
+
+    spent: int = 0
+    given: dict[str, str] = field(default_factory=dict)
+
+
+_SOUGHT: ContextVar[_Suggestions | None] = ContextVar("_SOUGHT", default=None)
 
 
 @contextmanager
 def shared_suggestions() -> Iterator[None]:
-    """Within it, the close names sought anew are counted once for all the resolves: a diff's
-    columns share one budget, and so give an unknown name the same suggestion in every column
-    (the names sought for the first column are found again for the others)."""
-    token = _SOUGHT.set([0])
+    """Within it, the close names are sought once for all the resolves: a diff's columns
+    share one budget and one answer for each unknown name, so every column says the same."""
+    token = _SOUGHT.set(_Suggestions())
     try:
         yield
     finally:
         _SOUGHT.reset(token)
 
 
-def _unknown_option(state: State, catalog: Catalog, key: str, sought: list[int]) -> None:
-    """UNKNOWN_OPTION for `key`; `sought` counts the suggestions this request sought anew."""
+def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions) -> None:
+    """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave and sought anew."""
     shown = printable(key[:100])
-    suggestion = catalog.suggested(shown)
+    suggestion = sought.given.get(shown)
+    if suggestion is None:
+        suggestion = catalog.suggested(shown)
     if suggestion is None:
         suggestion = ""
-        if sought[0] < MAX_SOUGHT_SUGGESTIONS:
-            sought[0] += 1
+        if sought.spent < MAX_SOUGHT_SUGGESTIONS:
+            sought.spent += 1
             suggestion = catalog.suggest(shown)
+    sought.given[shown] = suggestion
     hint = (
         f"; did you mean {suggestion!r}?"
         if suggestion
