@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from npu_resolver import MAX_CONFIG_ITEMS
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
-from npu_resolver_server._encode import field, length_delimited, struct_items
+from npu_resolver_server._encode import field, length_delimited, struct_items, varint
 from npu_resolver_server._servicer import (
     MAX_BATCH_ITEMS,
     MAX_DETAILS_BYTES,
     MAX_DIFF_PRODUCTS,
+    UNREADABLE,
     fit_trailer,
     too_large,
 )
@@ -527,29 +528,52 @@ def test_a_large_struct_config_within_the_bound_is_read(grpc_target: str) -> Non
     assert len(answer.options.fields["memory_config"].struct_value.fields) == MAX_CONFIG_ITEMS - 1
 
 
-# An unknown group (wire types 3 and 4): long deprecated, but protobuf's decoder reads it as an
-# unknown field, so it must not make the walk before decoding give up on the rest.
+# An unknown group (wire types 3 and 4): long deprecated, never in this API, but protobuf's
+# decoder reads it as an unknown field, so a walk that cannot read it must not pass the request on.
 GROUP = b"\x9b\x06" + b"\x38\x01" + b"\x9c\x06"  # field 99: start, a varint field 7, end
 
 
-def test_an_unknown_group_does_not_hide_a_map_too_large_to_decode(
-    grpc_target: str,  # noqa: F811
-) -> None:
+def test_a_group_cannot_hide_a_map_too_large_to_decode(grpc_target: str) -> None:  # noqa: F811
     raw = GROUP + _env_past_the_bound().SerializeToString()
     assert pb.ResolveRequest.FromString(raw).product == "atlas-a2"  # the decoder reads it
-    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "env"
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == UNREADABLE
     code, error = _call(grpc_target, RESOLVE, raw)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
-    assert _violations(error) == [("env", "TOO_MANY_ENTRIES")]
+    assert "holding a group" in error.details()
+    config = pb.ResolveRequest()
+    config.config.update({"memory_config": {f"k{i:06d}": 1 for i in range(MAX_CONFIG_ITEMS + 1)}})
+    (struct,) = length_delimited(config.SerializeToString(), 2) or [b""]
+    assert struct_items(GROUP + struct, 10**6) is None
+    inside = field(1, b"atlas-a2") + field(2, GROUP + struct) + field(4, PADDING.encode())
+    assert too_large(pb.ResolveRequest, inside, MAX_CONFIG_ITEMS) == UNREADABLE
 
 
-def test_an_unknown_group_inside_a_struct_config_is_passed_over() -> None:
-    wide = pb.ResolveRequest()
-    wide.config.update({"memory_config": {f"k{i:06d}": 1 for i in range(MAX_CONFIG_ITEMS + 1)}})
-    (config,) = length_delimited(wide.SerializeToString(), 2) or [b""]
-    raw = field(1, b"atlas-a2") + field(2, GROUP + config) + field(4, PADDING.encode())
-    assert struct_items(GROUP + config, 10**6) == MAX_CONFIG_ITEMS + 2
+def test_fields_that_count_for_nothing_are_bounded_too() -> None:
+    """Unknown fields, or a Value's kind written again and again, cost the walk a step each
+    and the decoder next to nothing: past MAX_FIELDS_PER_ITEM per item of the bound, the walk
+    stops and the config is refused as one of too many keys."""
+    unknown = b"\x18\x00" * 200_000  # Struct field 3, a varint: unknown
+    assert struct_items(unknown, 100) == 101
+    again = b"\x08\x00" * 200_000  # Value.null_value, written 200,000 times
+    entry = b"\x0a\x01k" + b"\x12" + varint(len(again)) + again
+    struct = b"\x0a" + varint(len(entry)) + entry
+    assert struct_items(struct, 100) == 101
+    raw = field(1, b"atlas-a2") + field(2, struct)
+    assert pb.ResolveRequest.FromString(raw).config.fields["k"].null_value == 0
     assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "config"
+    assert struct_items(b"\x0a\x04\x0a\x02ab" * 50, 100) == 50  # real keys: not cut short
+
+
+def test_a_large_batch_of_more_fields_than_items_is_refused_unwalked(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    raw = b"\x10\x00" * 150_000  # ResolveBatchRequest field 2, a varint: unknown
+    code, error = _call(grpc_target, BATCH, raw)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "at most 1000 requests" in error.details()
+    code, error = _call(grpc_target, BATCH, GROUP + b"\x10\x00" * 150_000)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "holding a group" in error.details()
 
 
 @pytest.mark.parametrize(

@@ -68,8 +68,8 @@ def length_delimited(raw: bytes, number: int) -> list[bytes] | None:
     a repeated message's items exactly as the sender wrote them. `raw` must already have been
     parsed by the generated code; None if it holds anything this walk does not expect."""
     fields = _fields(raw)
-    if fields is None or any(key >> 3 == number and key & 7 != 2 for key, _, _, _ in fields):
-        return None  # the field in another wire type: the generated code refuses it
+    if fields is None:
+        return None
     return [raw[payload:end] for key, _, payload, end in fields if key == number << 3 | 2]
 
 
@@ -118,13 +118,21 @@ def _scalar(raw: bytes, pos: int, size: int) -> bool:
     return _SCALAR_SIZES.get(first) == size
 
 
+MAX_FIELDS_PER_ITEM: Final = 4
+"""Fields read per key or item counted: an object's key takes 3 (the entry, its key, its value)
+and a list's item 1 or 2, so only fields that count for nothing (unknown ones, a Value's kind
+written again) go past this; the walk stops there as it does past `most` items."""
+
+
 def struct_items(raw: bytes, most: int) -> int | None:
     """The keys and items in all of a google.protobuf.Struct's bytes, at every level (what
     config_shape counts in the decoded object), read no further than `most` of them (so a total
     above `most` means "more"); None if it is not a message this walk reads. protobuf's decoder
     reads each map in time quadratic in its size, a nested one too: 150,000 keys one level
-    down take it half a second."""
+    down take it half a second. Every field it reads is counted against a budget, so that
+    no input makes it read more than MAX_FIELDS_PER_ITEM fields per item of `most`."""
     count = 0
+    steps = MAX_FIELDS_PER_ITEM * (most + 1)
     pending = [(0, len(raw), _STRUCT)]
     inners = _INNER
     read = _read_varint
@@ -132,6 +140,9 @@ def struct_items(raw: bytes, most: int) -> int | None:
         while pending:
             pos, end, kind = pending.pop()
             while pos < end:
+                steps -= 1
+                if steps < 0:  # fields that count for nothing (unknown, repeated): as many
+                    return most + 1  # as a config of more keys would take
                 key = raw[pos]  # a one-byte key and length are the rule: read them here
                 pos += 1
                 if key > 127:
@@ -155,8 +166,6 @@ def struct_items(raw: bytes, most: int) -> int | None:
                     pos = read(raw, pos, _MAX_VARINT_BYTES)[1]
                 elif wire in (1, 5):
                     pos += 8 if wire == 1 else 4
-                elif wire == 3:  # an unknown group: no key or item of the object
-                    pos = _skip_group(raw, pos, key >> 3)
                 else:
                     return None
             if pos != end:
@@ -168,9 +177,8 @@ def struct_items(raw: bytes, most: int) -> int | None:
 
 def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, int]] | None:
     """The top-level fields of `raw` as (key, start, payload start, end) offsets, the first
-    `most` of them when given; None if it is cut short. A group (long deprecated, never in this
-    API, but read by protobuf as an unknown field) is one field, passed over whole, so that
-    none can make this walk give up on a request the decoder then reads."""
+    `most` of them when given; None if it is cut short or holds a group (long deprecated, and
+    never in this API)."""
     out: list[tuple[int, int, int, int]] = []
     pos, end = 0, len(raw)
     try:
@@ -187,39 +195,12 @@ def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, in
                 payload, pos = pos, _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
             elif kind in (1, 5):
                 payload, pos = pos, pos + (8 if kind == 1 else 4)
-            elif kind == 3:
-                payload, pos = pos, _skip_group(raw, pos, key >> 3)
             else:
-                return None  # an end of group with no start
+                return None
             out.append((key, start, payload, pos))
     except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
         return None
     return out if pos == end else None
-
-
-def _skip_group(raw: bytes, pos: int, number: int) -> int:
-    """The position just past the end of the group `number` whose start was read (groups
-    nest); IndexError when the bytes end first or a group ends that is not open."""
-    open_groups = [number]
-    while open_groups:
-        key, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
-        kind = key & 7
-        if kind == 2:
-            size, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
-            pos += size
-        elif kind == 0:
-            pos = _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
-        elif kind in (1, 5):
-            pos += 8 if kind == 1 else 4
-        elif kind == 3:
-            open_groups.append(key >> 3)
-        elif kind == 4 and key >> 3 == open_groups[-1]:
-            open_groups.pop()
-        else:
-            raise IndexError("not a group this walk reads")
-    if pos > len(raw):
-        raise IndexError("cut short")
-    return pos
 
 
 _MAX_KEY_BYTES: Final = 5

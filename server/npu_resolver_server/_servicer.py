@@ -245,6 +245,12 @@ MAX_TOP_LEVEL_FIELDS: Final = 65_536
 of milliseconds); a request with more is refused unread."""
 
 
+UNREADABLE: Final = "unreadable"
+"""A large request the walk before decoding cannot read: cut short, or holding a group (long
+deprecated, never in this API) that protobuf would read as an unknown field. Such a request is
+refused unread: handing it to the decoder would let a group hide a map behind it."""
+
+
 _MAPS: dict[str, dict[int, str]] = {}
 
 
@@ -265,13 +271,12 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     them: a map (env, attachments) of more than MAX_MAP_ENTRIES entries, "config" for a config
     Struct of more than `max_keys` keys and items in all, at any level (more than the server
     reads), "request" for more than
-    MAX_TOP_LEVEL_FIELDS fields in all. None for a request this walk cannot read: protobuf
-    refuses it."""
+    MAX_TOP_LEVEL_FIELDS fields in all; UNREADABLE for one this walk cannot read."""
     if len(raw) <= LARGE_REQUEST_BYTES:
         return None
     counts = count_fields(raw, MAX_TOP_LEVEL_FIELDS + 1)
-    if counts is None:
-        return None
+    if counts is None:  # a group, or bytes cut short: not decoded either (see UNREADABLE)
+        return UNREADABLE
     for number, name in _maps(kind).items():
         if counts.get(number, 0) > MAX_MAP_ENTRIES:
             return name
@@ -280,7 +285,10 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
         # Occurrences merge into one Struct: their keys and items add up.
-        keys += struct_items(config, max_keys - keys) or 0
+        items = struct_items(config, max_keys - keys)
+        if items is None:
+            return UNREADABLE
+        keys += items
         if keys > max_keys:
             return "config"
     return None
@@ -294,6 +302,11 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
     malformed: callers in other languages send Struct, and a batch must not fail as a whole for
     one item. A request with a map of thousands of entries is refused."""
     large = too_large(kind, raw, max_keys)
+    if large == UNREADABLE:
+        raise _RefusedError(
+            f"the request is not a valid {kind.DESCRIPTOR.name} as this server reads one over "
+            f"{LARGE_REQUEST_BYTES // 1024} KiB (cut short, or holding a group)"
+        )
     if large == "config":
         refused = _RefusedError(f"the request's {kind.DESCRIPTOR.name} config is too large")
         return _without_config(kind, raw, refused), "wide"
@@ -519,6 +532,20 @@ class ResolverService:
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+        if len(raw) > LARGE_REQUEST_BYTES:  # walked field by field below: bound the fields first
+            counts = count_fields(raw, MAX_BATCH_ITEMS + 1)
+            if counts is None:
+                raise _RefusedError(
+                    "the request is not a valid ResolveBatchRequest as this server reads one "
+                    f"over {LARGE_REQUEST_BYTES // 1024} KiB (cut short, or holding a group)"
+                )
+            if sum(counts.values()) > MAX_BATCH_ITEMS:
+                raise _RefusedError(
+                    f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
+                    "fields than that; split it into several calls",
+                    "requests",
+                    "TOO_MANY_REQUESTS",
+                )
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)
         try:
