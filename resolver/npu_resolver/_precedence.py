@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from ._catalog import OptionView
 from ._fingerprint import fragment
@@ -28,6 +28,7 @@ from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
 
 _UNSET: Final = unset()
+_S = TypeVar("_S")
 
 
 def effective_mode(
@@ -187,9 +188,14 @@ def _environment(asked: _Asked) -> Decision:
     from_env = asked.from_env
     if from_env is None:
         return _NEXT
-    slot, note = _env_slot(asked.view, from_env)
+    return _env_value(asked.view, from_env, asked.state.diagnostics)
+
+
+def _env_value(view: OptionView, value: JSON, diagnostics: list[Diagnostic]) -> Slot:
+    """The slot of a value the option's variable gave, its FROM_ENV note added."""
+    slot, note = _env_slot(view, value)
     if note is not None:
-        asked.state.diagnostics.append(note)
+        diagnostics.append(note)
     return slot
 
 
@@ -217,9 +223,8 @@ def _env_slot(view: OptionView, value: JSON) -> tuple[Slot, Diagnostic | None]:
             option.env_rule,
             f"{name} is {show(value)} from {option.env}; set {name} to override it.",
         )
-    short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
-    if kept and short:
-        keep(view.env_slots, value, (slot, note), _MAX_USER_SLOTS)
+    if kept:
+        _keep_slot(view.env_slots, value, (slot, note))
     return slot, note
 
 
@@ -300,10 +305,15 @@ def _plain_slot(view: OptionView, name: str, value: JSON) -> Slot:
             return slot
     fields = (value, Source.USER, view.user_rules, _UNSET, "", "", False, view.user_provenance)
     slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
-    short = not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT
-    if kept and short:
-        keep(view.user_slots, value, slot, _MAX_USER_SLOTS)
+    if kept:
+        _keep_slot(view.user_slots, value, slot)
     return slot
+
+
+def _keep_slot(table: dict[JSON, _S], value: JSON, entry: _S) -> None:
+    """Keep what a recurring value gave, per view: text only up to _MAX_KEPT_TEXT characters."""
+    if not isinstance(value, str) or len(value) <= _MAX_KEPT_TEXT:
+        keep(table, value, entry, _MAX_USER_SLOTS)
 
 
 def apply_precedence(
@@ -327,9 +337,7 @@ def apply_precedence(
             from_env = env_values.get(name)
             if from_env is not None and name not in locked and name not in refused:
                 # The job's variable and no lock: the chain's answer, found without walking it.
-                slots[name], note = _env_slot(views[name], from_env)
-                if note is not None:
-                    diagnostics.append(note)
+                slots[name] = _env_value(views[name], from_env, diagnostics)
                 if undocumented:
                     undocumented.pop(name, None)
                 continue

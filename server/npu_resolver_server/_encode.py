@@ -162,12 +162,8 @@ def struct_items(raw: bytes, most: int) -> int | None:
                         if size and not (inner == _VALUE and _scalar(raw, pos, size)):
                             pending.append((pos, pos + size, inner))
                     pos += size
-                elif wire == 0:
-                    pos = read(raw, pos, _MAX_VARINT_BYTES)[1]
-                elif wire in (1, 5):
-                    pos += 8 if wire == 1 else 4
                 else:
-                    return None
+                    pos = _past(raw, pos, wire)
             if pos != end:
                 return None  # a field runs past the end of its message
     except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
@@ -191,12 +187,8 @@ def _fields(raw: bytes, most: int | None = None) -> list[tuple[int, int, int, in
             if kind == 2:
                 size, pos = _read_varint(raw, pos, _MAX_KEY_BYTES)
                 payload, pos = pos, pos + size
-            elif kind == 0:
-                payload, pos = pos, _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
-            elif kind in (1, 5):
-                payload, pos = pos, pos + (8 if kind == 1 else 4)
             else:
-                return None
+                payload, pos = pos, _past(raw, pos, kind)
             out.append((key, start, payload, pos))
     except IndexError:  # cut short inside a varint, or a varint longer than protobuf allows
         return None
@@ -207,6 +199,16 @@ _MAX_KEY_BYTES: Final = 5
 """A field's key and a length are 32-bit: protobuf's parser refuses a longer varint for them
 (even one padded with zeros), so this walk does too."""
 _MAX_VARINT_BYTES: Final = 10
+
+
+def _past(raw: bytes, pos: int, wire: int) -> int:
+    """The end of a varint, 64-bit or 32-bit field's payload that starts at `pos`; IndexError
+    for a group, the one other wire type (long deprecated, and never in this API)."""
+    if wire == 0:
+        return _read_varint(raw, pos, _MAX_VARINT_BYTES)[1]
+    if wire in (1, 5):
+        return pos + (8 if wire == 1 else 4)
+    raise IndexError("a group")
 
 
 def _read_varint(raw: bytes, pos: int, limit: int) -> tuple[int, int]:

@@ -270,8 +270,8 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     """The field of a request too large to decode, read from its bytes before protobuf reads
     them: a map (env, attachments) of more than MAX_MAP_ENTRIES entries, "config" for a config
     Struct of more than `max_keys` keys and items in all, at any level (more than the server
-    reads), "request" for more than
-    MAX_TOP_LEVEL_FIELDS fields in all; UNREADABLE for one this walk cannot read."""
+    reads), "request" for more than MAX_TOP_LEVEL_FIELDS fields in all; UNREADABLE for one this
+    walk cannot read."""
     if len(raw) <= LARGE_REQUEST_BYTES:
         return None
     counts = count_fields(raw, MAX_TOP_LEVEL_FIELDS + 1)
@@ -294,6 +294,14 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     return None
 
 
+def _unreadable(kind: type[message.Message]) -> _RefusedError:
+    """The refusal of a large request the walk before decoding cannot read (see UNREADABLE)."""
+    return _RefusedError(
+        f"the request is not a valid {kind.DESCRIPTOR.name} as this server reads one over "
+        f"{LARGE_REQUEST_BYTES // 1024} KiB (cut short, or holding a group)"
+    )
+
+
 def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, LeftOut]:
     """The request, and why its config Struct was left out unread: "deep" when it is nested
     deeper than the protobuf decoder reads (about 32 levels), "wide" when it has more keys than
@@ -303,10 +311,7 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
     one item. A request with a map of thousands of entries is refused."""
     large = too_large(kind, raw, max_keys)
     if large == UNREADABLE:
-        raise _RefusedError(
-            f"the request is not a valid {kind.DESCRIPTOR.name} as this server reads one over "
-            f"{LARGE_REQUEST_BYTES // 1024} KiB (cut short, or holding a group)"
-        )
+        raise _unreadable(kind)
     if large == "config":
         refused = _RefusedError(f"the request's {kind.DESCRIPTOR.name} config is too large")
         return _without_config(kind, raw, refused), "wide"
@@ -535,10 +540,7 @@ class ResolverService:
         if len(raw) > LARGE_REQUEST_BYTES:  # walked field by field below: bound the fields first
             counts = count_fields(raw, MAX_BATCH_ITEMS + 1)
             if counts is None:
-                raise _RefusedError(
-                    "the request is not a valid ResolveBatchRequest as this server reads one "
-                    f"over {LARGE_REQUEST_BYTES // 1024} KiB (cut short, or holding a group)"
-                )
+                raise _unreadable(pb.ResolveBatchRequest)
             if sum(counts.values()) > MAX_BATCH_ITEMS:
                 raise _RefusedError(
                     f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
