@@ -499,7 +499,12 @@ def run_worker(
                 _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
                 return 2
     marks = ReloadMarks(marks_folder) if marks_folder is not None else None
-    return asyncio.run(serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks))
+    try:
+        return asyncio.run(
+            serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks)
+        )
+    finally:
+        _logging.flush_calls()  # a worker leaves with os._exit: atexit would not write them
 
 
 def _start_failed(error: str, worker: int) -> None:

@@ -2,16 +2,26 @@
 
 Call records carry method, product, ok, diagnostic codes, status, latency and the worker pid;
 never the job's environment values nor config values.
+
+Within a serving event loop, call lines are written in bursts, at most FLUSH_DELAY_S after the
+call (an access log's `buffer=`/`flush=`, as in nginx): a write per call releases the GIL for a
+system call, and a busy server's event loop then waited for gRPC's threads to give it back, at
+a cost larger than a cached answer's. Any other record, the worker's end and a full buffer write
+them at once, so lines keep their order; a worker killed with SIGKILL loses at most that last
+tenth of a second of call lines, never a reply.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any, Final
+from collections import deque
+from typing import Any, ClassVar, Final
 
 CALL_LOGGER = "npu_resolver_server.calls"
 _CALLS = logging.getLogger(CALL_LOGGER)
@@ -38,6 +48,10 @@ class JsonFormatter(logging.Formatter):
         return _ENCODER.encode(data)
 
 
+FLUSH_DELAY_S: Final = 0.1
+FLUSH_CHARS: Final = 32 * 1024
+
+
 class _Sink:
     """The handler `configure` installed. While the call logger's records can reach only it
     (no other handler, filter or level in the way), a call's line is written to it directly:
@@ -45,6 +59,13 @@ class _Sink:
     which cost more than the rest of a cached answer."""
 
     handler: logging.StreamHandler[Any] | None = None
+    target: logging.StreamHandler[Any] | None = None
+    """The handler the pending lines are for."""
+    pending: ClassVar[deque[str]] = deque()
+    """Call lines not yet written (appended and taken from either end: safe across threads)."""
+    pending_chars = 0
+    timer_loop: asyncio.AbstractEventLoop | None = None
+    """The loop whose timer will write the pending lines, if one is set."""
 
     @classmethod
     def direct(cls) -> logging.StreamHandler[Any] | None:
@@ -100,21 +121,72 @@ def _call_line(
     return f'{{"ts": {stamp!r}, {middle}"latency_ms": {latency_ms!r}, "worker_pid": {pid}}}'
 
 
-def _write(handler: logging.StreamHandler[Any], text: str) -> bool:
-    """False when the stream fails: the record then goes the usual way, which reports it."""
+def _hold(handler: logging.StreamHandler[Any], line: str) -> None:
+    """Keep a call line for the next write: at once when the buffer is full or no event loop
+    runs in this thread (a timer of the running loop writes it otherwise)."""
+    if _Sink.target is not handler:
+        flush_calls()
+        _Sink.target = handler
+    _Sink.pending.append(line)
+    _Sink.pending_chars += len(line)
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or _Sink.pending_chars >= FLUSH_CHARS:
+        flush_calls()
+    elif _Sink.timer_loop is not loop:
+        _Sink.timer_loop = loop
+        loop.call_later(FLUSH_DELAY_S, flush_calls)
+
+
+def flush_calls() -> None:
+    """Write the pending call lines in one write. A failing stream is reported as a logging
+    error is (on stderr, with its traceback), never raised into a call."""
+    _Sink.timer_loop = None
+    pending = _Sink.pending
+    lines = []
+    while pending:
+        try:
+            lines.append(pending.popleft())
+        except IndexError:  # another thread took the last one
+            break
+    _Sink.pending_chars = 0
+    handler = _Sink.target
+    if handler is None or not lines:
+        return
     handler.acquire()
     try:
-        handler.stream.write(text)
+        handler.stream.write("".join(lines))
         handler.stream.flush()
     except Exception:
-        return False
+        handler.handleError(
+            logging.makeLogRecord({"msg": f"{len(lines)} call log lines could not be written"})
+        )
     finally:
         handler.release()
-    return True
+
+
+atexit.register(flush_calls)
+
+
+class _CallOrderHandler(logging.StreamHandler[Any]):
+    """Writes the pending call lines before a record of its own, so the log keeps its order."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _Sink.pending and _Sink.target is self:
+            flush_calls()
+        super().emit(record)
+
+    def flush(self) -> None:
+        if _Sink.pending and _Sink.target is self:
+            flush_calls()
+        super().flush()
 
 
 def configure(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    flush_calls()
+    handler = _CallOrderHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("npu_resolver_server")
     root.handlers[:] = [handler]
@@ -146,8 +218,8 @@ def log_call(
         line = _call_line(
             method, code=code, product=product, ok=ok, codes=codes, latency_ms=latency_ms, pid=pid
         )
-        if _write(handler, line + handler.terminator):
-            return
+        _hold(handler, line + handler.terminator)
+        return
     fields: dict[str, Any] = {
         "event": "rpc",
         "method": method,
