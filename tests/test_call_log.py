@@ -7,10 +7,13 @@ import asyncio
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from npu_resolver_server import _logging
 
@@ -114,3 +117,30 @@ def test_a_failing_stream_is_reported_not_raised(capsys: pytest.CaptureFixture[s
 
         asyncio.run(calls())
         assert "2 call log lines could not be written" in capsys.readouterr().err
+
+
+@given(st.integers(min_value=0, max_value=10**15))
+def test_thousandths_are_written_as_json_writes_the_float(count: int) -> None:
+    """Time stamps and latencies are written from integer thousandths; the record path writes
+    the float, so both ways must spell the same number (1700000000.1, 0.0, 12.345)."""
+    assert _logging._thousandths(count) == repr(count / 1000) == json.dumps(count / 1000)
+
+
+def test_a_forked_worker_writes_its_own_pid() -> None:
+    """Workers are forked from the supervisor: a line memoized before the fork must not carry
+    the supervisor's pid in the worker."""
+    key = ("Resolve", "OK", "atlas-a2", True, ("FROM_ENV",))
+    before = json.loads(_logging._call_line(key, 1))
+    assert before["pid"] == before["worker_pid"] == os.getpid()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, _logging._call_line(key, 1).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        line = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    assert line["pid"] == line["worker_pid"] == child

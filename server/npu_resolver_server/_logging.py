@@ -87,38 +87,67 @@ class _Sink:
         return handler
 
 
-_MIDDLES: dict[tuple[object, ...], str] = {}
+_CallKey = tuple[str, str, str, "bool | None", tuple[str, ...]]
+"""What a call line says besides its time stamp and latency: method, code, product, ok, codes."""
+_MIDDLES: dict[_CallKey, str] = {}
 _MAX_MIDDLES: Final = 1024
+_MAX_KEY_CODES: Final = 32
+"""An answer's codes as given are a memo key only when this few; more are made unique first."""
 
 
-def _call_line(
-    method: str,
-    *,
-    code: str,
-    product: str,
-    ok: bool | None,
-    codes: tuple[str, ...] | list[str],
-    latency_ms: float,
-    pid: int,
-) -> str:
+class _Process:
+    """This process's pid and the text of the last millisecond stamped (calls within one
+    millisecond share it). A forked worker starts over: its lines carry its own pid."""
+
+    pid = os.getpid()
+    tail = f', "worker_pid": {pid}}}'
+    stamp_ms = -1
+    stamp = ""
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.pid = os.getpid()
+        cls.tail = f', "worker_pid": {cls.pid}}}'
+        cls.stamp_ms = -1
+        _MIDDLES.clear()
+
+
+os.register_at_fork(after_in_child=_Process.forked)
+
+
+_FRACTIONS: Final = tuple(f".{n:03d}".rstrip("0") if n else ".0" for n in range(1000))
+
+
+def _thousandths(count: int) -> str:
+    """`count` thousandths as float repr writes round(x, 3): 1700000000.1, 0.0, 12.345."""
+    whole, part = divmod(count, 1000)
+    return f"{whole}{_FRACTIONS[part]}"
+
+
+def _call_line(key: _CallKey, latency_us: int) -> str:
     """A call's line as JsonFormatter writes it, put together without the general encoder.
 
     Between the time stamp and the latency, a server's lines repeat a few texts (the same
-    methods, products and sets of codes): each is built once."""
-    key = (pid, method, code, product, ok, tuple(codes))
+    methods, products and sets of codes): each is built once. Numbers are written from integer
+    thousandths: rounding a float to 3 places cost more than the rest of the line."""
     middle = _MIDDLES.get(key)
     if middle is None:
+        method, code, product, ok, codes = key
         quote = _quote
-        codes_text = ", ".join([quote(c) for c in codes])
+        codes_text = ", ".join([quote(c) for c in dict.fromkeys(codes)])
         middle = (
-            f'"level": "INFO", "logger": "{CALL_LOGGER}", "msg": "rpc", "pid": {pid}, '
+            f'"level": "INFO", "logger": "{CALL_LOGGER}", "msg": "rpc", "pid": {_Process.pid}, '
             f'"event": "rpc", "method": {quote(method)}, "code": {quote(code)}, '
             f'"product": {quote(product)}, "ok": {_JSON_CONSTANTS[ok]}, "codes": [{codes_text}], '
+            '"latency_ms": '
         )
         if len(_MIDDLES) < _MAX_MIDDLES and len(product) <= 256:
             _MIDDLES[key] = middle
-    stamp = round(time.time(), 3)
-    return f'{{"ts": {stamp!r}, {middle}"latency_ms": {latency_ms!r}, "worker_pid": {pid}}}'
+    now_ms = (time.time_ns() + 500_000) // 1_000_000
+    if now_ms != _Process.stamp_ms:
+        _Process.stamp_ms = now_ms
+        _Process.stamp = f'{{"ts": {_thousandths(now_ms)}, '
+    return f"{_Process.stamp}{middle}{_thousandths(latency_us)}{_Process.tail}"
 
 
 def _hold(handler: logging.StreamHandler[Any], line: str) -> None:
@@ -203,21 +232,19 @@ def log_call(
     product: str = "",
     ok: bool | None = None,
     codes: tuple[str, ...] | list[str] = (),
-    **extra: Any,
 ) -> None:
     logger = _CALLS
     if not logger.isEnabledFor(logging.INFO):
         return
-    # Each code once, in the order the answer first gives it: a line (and the memo of its
-    # recurring text) stays a few hundred bytes however many diagnostics an answer holds.
-    codes = tuple(dict.fromkeys(codes))
-    latency_ms = round(latency_s * 1000, 3)
-    pid = os.getpid()
-    handler = None if extra else _Sink.direct()
+    codes = tuple(codes)
+    if len(codes) > _MAX_KEY_CODES:
+        # Each code once, in the order the answer first gives it: a line (and the memo of its
+        # recurring text) stays a few hundred bytes however many diagnostics an answer holds.
+        codes = tuple(dict.fromkeys(codes))
+    latency_us = round(latency_s * 1_000_000)
+    handler = _Sink.direct()
     if handler is not None:
-        line = _call_line(
-            method, code=code, product=product, ok=ok, codes=codes, latency_ms=latency_ms, pid=pid
-        )
+        line = _call_line((method, code, product, ok, codes), latency_us)
         _hold(handler, line + handler.terminator)
         return
     fields: dict[str, Any] = {
@@ -226,11 +253,10 @@ def log_call(
         "code": code,
         "product": product,
         "ok": ok,
-        "codes": list(codes),
-        "latency_ms": latency_ms,
-        "worker_pid": pid,
+        "codes": list(dict.fromkeys(codes)),
+        "latency_ms": latency_us / 1000,
+        "worker_pid": os.getpid(),
     }
-    fields.update(extra)
     # The caller is known: makeRecord skips the stack walk of logger.info.
     record = logger.makeRecord(
         CALL_LOGGER, logging.INFO, __file__, 0, "rpc", (), None, "log_call", {"fields": fields}

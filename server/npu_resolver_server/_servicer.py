@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, message
@@ -58,6 +58,8 @@ SERVICE: Final = "npu.resolver.v1.Resolver"
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 ADMIN_METHODS: Final = frozenset({"ReloadPolicy"})
 METHODS: Final = frozenset(m.name for m in pb.DESCRIPTOR.services_by_name["Resolver"].methods)
+_CODE_NAMES: Final = {code: code.name for code in grpc.StatusCode}
+"""A status code's name, looked up (reading an Enum member's name is a descriptor call)."""
 RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
 
 log = logging.getLogger("npu_resolver_server.service")
@@ -400,10 +402,10 @@ class ResolverService:
         fn: Method,
     ) -> Handler:
         pid = self._pid
+        sent_ok = ((PID_METADATA_KEY, pid),)
 
         async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
             start = _logging.now()
-            extra: dict[str, Any] = {}
             try:
                 outcome = fn(raw, context)
                 answer = outcome if type(outcome) is Answer else await _awaited(outcome)
@@ -431,7 +433,7 @@ class ResolverService:
                     ok=False,
                 )
             elapsed = _logging.now() - start
-            code = answer.code.name
+            code = _CODE_NAMES[answer.code]
             if self.metrics is not None:
                 counted = () if answer.codes_counted else answer.codes
                 self.metrics.observe(method, code, elapsed, answer.product, counted)
@@ -442,12 +444,11 @@ class ResolverService:
                 product=answer.product,
                 ok=answer.ok,
                 codes=answer.codes,
-                **extra,
             )
-            trailing: list[tuple[str, str | bytes]] = [(PID_METADATA_KEY, pid)]
             if answer.code is grpc.StatusCode.OK:
-                context.set_trailing_metadata(tuple(trailing))
+                context.set_trailing_metadata(sent_ok)
                 return answer.payload
+            trailing: list[tuple[str, str | bytes]] = [(PID_METADATA_KEY, pid)]
             message = answer.message
             if answer.status_details:
                 message, details = fit_trailer(message, answer.status_details)
