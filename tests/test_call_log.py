@@ -100,8 +100,9 @@ def test_a_full_buffer_is_written_without_waiting() -> None:
             return count
 
         count = asyncio.run(calls())
-        line = len(_lines(stream)[0]) + 1
-        assert count * line >= _logging.FLUSH_CHARS > (count - 1) * line
+        sizes = [len(line) + 1 for line in _lines(stream)]  # a stamp's text varies: .1, .123
+        assert len(sizes) == count
+        assert sum(sizes) >= _logging.FLUSH_CHARS > sum(sizes[:-1])
         assert _events(stream) == ["Resolve"] * count
 
 
@@ -144,3 +145,43 @@ def test_a_forked_worker_writes_its_own_pid() -> None:
         line = json.loads(pipe.read())
     os.waitpid(child, 0)
     assert line["pid"] == line["worker_pid"] == child
+
+
+def test_a_stopped_server_has_written_its_call_lines() -> None:
+    """An in-process server's loop may end within the flush delay of its last call."""
+    from npu_resolver_server import ServerSettings, create_server
+
+    with _configured() as stream:
+
+        async def serve_one_call() -> None:
+            built = create_server(ServerSettings(host="127.0.0.1", port=0))
+            await built.start()
+            _call("Resolve")
+            await built.stop(0, delay=0)
+
+        asyncio.run(serve_one_call())
+        assert "Resolve" in _events(stream)
+
+
+def test_a_forked_worker_leaves_the_parents_held_lines_to_the_parent() -> None:
+    with _configured() as stream:
+
+        async def fork_while_held() -> tuple[int, str]:
+            _call("Resolve")
+            read, write = os.pipe()
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the child reports through the pipe
+                try:
+                    os.write(write, str(len(_logging._Sink.pending)).encode())
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                held_in_child = pipe.read().decode()
+            os.waitpid(child, 0)
+            return len(_logging._Sink.pending), held_in_child
+
+        held_in_parent, held_in_child = asyncio.run(fork_while_held())
+        _logging.flush_calls()
+        assert (held_in_parent, held_in_child) == (1, "0")
+        assert _events(stream) == ["Resolve"]

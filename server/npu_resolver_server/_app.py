@@ -218,6 +218,7 @@ class ResolverServer:
         if self.health_server is not None:
             stops.append(self.health_server.stop(grace))
         await asyncio.gather(*stops)
+        _logging.flush_calls()  # the loop may end before its timer would have written them
 
     def hurry(self) -> None:
         """End the NOT_SERVING delay of a `stop()` in progress now."""

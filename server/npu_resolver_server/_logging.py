@@ -101,15 +101,17 @@ class _Process:
 
     pid = os.getpid()
     tail = f', "worker_pid": {pid}}}'
-    stamp_ms = -1
-    stamp = ""
+    stamp: tuple[int, str] = (-1, "")
 
     @classmethod
     def forked(cls) -> None:
         cls.pid = os.getpid()
         cls.tail = f', "worker_pid": {cls.pid}}}'
-        cls.stamp_ms = -1
+        cls.stamp = (-1, "")
         _MIDDLES.clear()
+        _Sink.pending.clear()  # the parent's lines are the parent's to write
+        _Sink.pending_chars = 0
+        _Sink.timer_loop = None
 
 
 os.register_at_fork(after_in_child=_Process.forked)
@@ -144,10 +146,11 @@ def _call_line(key: _CallKey, latency_us: int) -> str:
         if len(_MIDDLES) < _MAX_MIDDLES and len(product) <= 256:
             _MIDDLES[key] = middle
     now_ms = (time.time_ns() + 500_000) // 1_000_000
-    if now_ms != _Process.stamp_ms:
-        _Process.stamp_ms = now_ms
-        _Process.stamp = f'{{"ts": {_thousandths(now_ms)}, '
-    return f"{_Process.stamp}{middle}{_thousandths(latency_us)}{_Process.tail}"
+    stamp_ms, stamp = _Process.stamp  # one tuple: another thread's half-made update is never read
+    if now_ms != stamp_ms:
+        stamp = f'{{"ts": {_thousandths(now_ms)}, '
+        _Process.stamp = (now_ms, stamp)
+    return f"{stamp}{middle}{_thousandths(latency_us)}{_Process.tail}"
 
 
 def _hold(handler: logging.StreamHandler[Any], line: str) -> None:
@@ -171,27 +174,29 @@ def _hold(handler: logging.StreamHandler[Any], line: str) -> None:
 
 def flush_calls() -> None:
     """Write the pending call lines in one write. A failing stream is reported as a logging
-    error is (on stderr, with its traceback), never raised into a call."""
+    error is (on stderr, with its traceback), never raised into a call. The lines are taken
+    under the handler's lock (which its emit holds too): a record of another thread cannot be
+    written between their taking and their writing."""
     _Sink.timer_loop = None
-    pending = _Sink.pending
-    lines = []
-    while pending:
-        try:
-            lines.append(pending.popleft())
-        except IndexError:  # another thread took the last one
-            break
-    _Sink.pending_chars = 0
     handler = _Sink.target
-    if handler is None or not lines:
+    if handler is None:
         return
     handler.acquire()
     try:
-        handler.stream.write("".join(lines))
-        handler.stream.flush()
-    except Exception:
-        handler.handleError(
-            logging.makeLogRecord({"msg": f"{len(lines)} call log lines could not be written"})
-        )
+        pending = _Sink.pending
+        lines = []
+        while pending:
+            lines.append(pending.popleft())
+        _Sink.pending_chars = 0
+        if not lines:
+            return
+        try:
+            handler.stream.write("".join(lines))
+            handler.stream.flush()
+        except Exception:
+            handler.handleError(
+                logging.makeLogRecord({"msg": f"{len(lines)} call log lines could not be written"})
+            )
     finally:
         handler.release()
 
