@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))  # run as a script: `python benchmarks/run.py`
 
 from benchmarks import _procs  # noqa: E402
 from benchmarks.core_bench import cli_start, core_figures, scaling  # noqa: E402
+from benchmarks.handler_bench import handler_figures  # noqa: E402
 
 RESULTS: Final = ROOT / "benchmarks" / "results.json"
 INFLIGHT: Final = (1, 16, 64)
@@ -211,6 +212,7 @@ def measure(plan: Plan, log_dir: Path) -> dict[str, Any]:
     # 1. The core in process, before any server runs.
     out.update(core_figures(plan.core_count))
     out.update(scaling(plan.core_count // 2))
+    out.update(handler_figures(plan.core_count))
     out.update(cli_start(plan.cli_runs))
 
     servers = {
@@ -360,7 +362,7 @@ def _row(cells: Sequence[object], widths: Sequence[int]) -> str:
     return "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in pairs)
 
 
-def table(r: dict[str, Any]) -> str:
+def table(r: dict[str, Any], written_to: Path = RESULTS) -> str:
     lines = [
         f"npu-config-resolver benchmarks, {r['mode']} form, {r['date']}",
         f"{r['nproc']} cores ({r['cpu_model']}), Python {r['python']}, grpcio {r['grpcio']}; "
@@ -432,18 +434,37 @@ def table(r: dict[str, Any]) -> str:
         f"  scaling: {r['scaling_points_us']} µs by option count; slope "
         f"{r['scaling_slope_us_per_option']} µs/option, max deviation from a line "
         f"{r['scaling_max_deviation_from_line']:.0%}",
+        *_handler_line(r),
         f"  CLI cold start {r['cli_start_ms']} ms vs `import pydantic` "
         f"{r['pydantic_import_ms']} ms = {r['cli_start_ratio']}x",
         "",
         "server RSS (MiB) after N requests: "
-        + ", ".join(f"{int(k):,}: {v}" for k, v in r["rss_mb"].items())
+        + ", ".join(f"{int(k):,}: {r['rss_mb'][k]}" for k in sorted(r["rss_mb"], key=int))
         + f"; growth {r['rss_growth_mb']} MiB",
         f"  {r['rss_note']}",
         "",
         f"errors {r['errors_total']}, lost replies {r['lost_total']}; took {r['elapsed_s']} s; "
-        f"written to {RESULTS.relative_to(ROOT)}",
+        f"written to {_shown_path(written_to)}",
     ]
     return "\n".join(lines)
+
+
+def _shown_path(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else resolved)
+
+
+def _handler_line(r: dict[str, Any]) -> list[str]:
+    """The handler's figures, in results written since they were measured."""
+    if "handler_distinct_us" not in r:
+        return []
+    return [
+        "  Resolve handler in process, µs per call p50: "
+        f"distinct {r['handler_distinct_us']} (read {r['handler_stage_parse_us']} + "
+        f"{r['handler_stage_build_us']}, core {r['handler_stage_core_us']}, "
+        f"encode {r['handler_stage_encode_us']}), cached {r['handler_hit_us']}, "
+        f"echo's {r['handler_echo_us']}"
+    ]
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -459,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.print:
-        print(table(json.loads(args.out.read_text(encoding="utf-8"))))
+        print(table(json.loads(args.out.read_text(encoding="utf-8")), args.out))
         return 0
     signal.signal(signal.SIGTERM, _terminate)
     plan = FULL if args.full else QUICK
@@ -470,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _procs.stop_all()
         shutil.rmtree(log_dir, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(table(results))
+    print(table(results, args.out))
     if results["errors_total"] or results["lost_total"]:
         print("FAILED: calls failed or replies were lost under load", file=sys.stderr)
         return 1
