@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import grpc
 
-from ._servicer import ADMIN_METHODS, SERVICE
+from ._servicer import ADMIN_METHODS, SERVICE, refuse
 from .settings import PID_METADATA_KEY
 
 AUTH_HEADER: Final = "authorization"
@@ -31,14 +31,15 @@ Refused = Callable[[str], None]
 
 
 def _refuse(message: str, method: str, on_refused: Refused | None) -> grpc.RpcMethodHandler:
-    async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def unauthenticated(request: Any, context: grpc.aio.ServicerContext) -> bytes:
         if on_refused is not None:
             on_refused(method)
         # Like every other answer, it names the worker that gave it.
         pid = ((PID_METADATA_KEY, str(os.getpid())),)
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message, pid)
+        refuse(context, grpc.StatusCode.UNAUTHENTICATED, message, pid)
+        return b""
 
-    return grpc.unary_unary_rpc_method_handler(abort)
+    return grpc.unary_unary_rpc_method_handler(unauthenticated)
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
