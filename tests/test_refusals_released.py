@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from npu_resolver_client.wire import pb
-from npu_resolver_server import ServerSettings
+from npu_resolver_server import PID_METADATA_KEY, ServerSettings
 from tests._server import ThreadServer
 
 RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
@@ -64,7 +64,7 @@ def test_invalid_argument_replies_leave_no_frame_behind(no_cycle_collector: None
         for error in _refused(server.target, payload):
             assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert error.details()
-            assert dict(error.trailing_metadata())["x-npu-resolver-pid"]
+            assert dict(error.trailing_metadata())[PID_METADATA_KEY]
         assert _server_frames() - before < 4
 
 

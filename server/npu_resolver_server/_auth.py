@@ -30,14 +30,15 @@ Refused = Callable[[str], None]
 """Called with the method name of each refused call (logged and counted like any call)."""
 
 
-def _refuse(message: str, method: str, on_refused: Refused | None) -> grpc.RpcMethodHandler:
+def _refusing_handler(
+    message: str, method: str, on_refused: Refused | None
+) -> grpc.RpcMethodHandler:
     async def unauthenticated(request: Any, context: grpc.aio.ServicerContext) -> bytes:
         if on_refused is not None:
             on_refused(method)
         # Like every other answer, it names the worker that gave it.
         pid = ((PID_METADATA_KEY, str(os.getpid())),)
-        refuse(context, grpc.StatusCode.UNAUTHENTICATED, message, pid)
-        return b""
+        return refuse(context, grpc.StatusCode.UNAUTHENTICATED, message, pid)
 
     return grpc.unary_unary_rpc_method_handler(unauthenticated)
 
@@ -72,7 +73,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             method = handler_call_details.method[len(self._prefix) :]
             if not given:
                 which = "admin " if method in ADMIN_METHODS else ""
-                return _refuse(
+                return _refusing_handler(
                     f"this call needs the {which}bearer token (authorization metadata)",
                     method,
                     self._on_refused,
@@ -81,5 +82,5 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
                 credential.strip(), self._expected
             ):
-                return _refuse("the bearer token is not valid", method, self._on_refused)
+                return _refusing_handler("the bearer token is not valid", method, self._on_refused)
         return await continuation(handler_call_details)

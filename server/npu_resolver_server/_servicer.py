@@ -194,15 +194,17 @@ def refuse(
     code: grpc.StatusCode,
     message: str,
     trailing: Sequence[tuple[str, str | bytes]],
-) -> None:
-    """End a call with a failure status; the handler returns next. Not `context.abort`: it
-    raises, and grpc.aio keeps that exception on the call's state, so its traceback ties the
-    handler's frame (the request's bytes among its locals) to the call in a reference cycle
-    that only a full collection frees, and those are rare. Large refused requests then held
-    about their own size each, without bound in practice (tests/test_refusals_released.py)."""
+) -> bytes:
+    """End a call with a failure status; the handler returns what this returns (a message gRPC
+    drops for a failure status). Not `context.abort`: it raises, and grpc.aio keeps that
+    exception on the call's state, so its traceback ties the handler's frame (the request's
+    bytes among its locals) to the call in a reference cycle that only a full collection frees,
+    and those are rare. Large refused requests then held about their own size each, without
+    bound in practice (tests/test_refusals_released.py)."""
     context.set_trailing_metadata(tuple(trailing))
     context.set_code(code)
     context.set_details(message)
+    return b""
 
 
 def _cut(text: str) -> str:
@@ -470,8 +472,7 @@ class ResolverService:
                 message, details = fit_trailer(message, answer.status_details)
                 if details:
                     trailing.append((STATUS_DETAILS_KEY, details))
-            refuse(context, answer.code, message, trailing)
-            return b""
+            return refuse(context, answer.code, message, trailing)
 
         return handler
 
