@@ -555,17 +555,18 @@ class ResolverService:
         return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
-        if len(raw) > LARGE_REQUEST_BYTES:  # walked field by field below: bound the fields first
-            counts = count_fields(raw, MAX_BATCH_ITEMS + 1)
-            if counts is None:
-                raise _unreadable(pb.ResolveBatchRequest)
-            if sum(counts.values()) > MAX_BATCH_ITEMS:
-                raise _RefusedError(
-                    f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
-                    "fields than that; split it into several calls",
-                    "requests",
-                    "TOO_MANY_REQUESTS",
-                )
+        # Walked field by field below, whatever its size: bound the fields first. Under 256 KiB
+        # a batch still holds up to 131,072 empty items, which the walk would take 0.3 s over.
+        counts = count_fields(raw, MAX_BATCH_ITEMS + 1)
+        if counts is None and len(raw) > LARGE_REQUEST_BYTES:
+            raise _unreadable(pb.ResolveBatchRequest)
+        if counts is not None and sum(counts.values()) > MAX_BATCH_ITEMS:
+            raise _RefusedError(
+                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
+                "fields than that; split it into several calls",
+                "requests",
+                "TOO_MANY_REQUESTS",
+            )
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)
         try:
