@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ import grpc
 import pytest
 
 from npu_resolver import Code, ResolveRequest, resolve
+from npu_resolver._options import ENV_VAR_RULES
+from npu_resolver._rules import RULES
 from npu_resolver_client.wire import NotSendableError, pb, request_to_proto
 from tests._server import grpc_server, grpc_target  # noqa: F401
 from tests.test_cli import run
@@ -52,6 +55,49 @@ def test_a_lone_surrogate_in_a_value_is_invalid_value_on_its_option(
 def test_a_lone_surrogate_in_an_option_name_is_echoed_escaped() -> None:
     answer = resolve(ResolveRequest("atlas-a2", {f"x{LONE}": 1}))
     assert [(d.code, d.option) for d in answer.errors] == [(Code.UNKNOWN_OPTION, "x\\ud800")]
+    _sendable(answer.to_json())
+
+
+def _unset(env: dict[str, str], var: str) -> dict[str, str]:
+    return {name: text for name, text in env.items() if name != var}
+
+
+@pytest.mark.parametrize(("var", "rule"), sorted(ENV_VAR_RULES.items()))
+def test_a_named_variable_that_is_not_text_is_an_error_and_counts_as_unset(
+    var: str, rule: str
+) -> None:
+    """os.environ gives bytes that are not UTF-8 as lone surrogates: env=dict(os.environ) in
+    process must not put them in an answer's paths, where no client can read them back."""
+    env = {
+        "ASCEND_WORK_PATH": "/job/work",
+        "HOME": "/home/user",
+        "HCCL_EXEC_TIMEOUT": "600",
+        var: os.fsdecode(b"/job/\xff"),
+    }
+    request = ResolveRequest("atlas-a2", {"op_compiler_cache_mode": "enable"}, env=env)
+    answer = resolve(request)
+    assert [(d.code, d.option, d.rule) for d in answer.errors] == [
+        (Code.INVALID_VALUE, f"env.{var}", rule)
+    ]
+    assert rule in RULES
+    assert "/job/\\udcff" in answer.errors[0].message
+    unset = resolve(ResolveRequest("atlas-a2", request.config, env=_unset(env, var)))
+    assert (answer.options, answer.paths) == (unset.options, unset.paths)
+    assert answer.fingerprint == unset.fingerprint
+    _sendable(answer.to_json())
+
+
+def test_a_variable_no_rule_reads_is_not_looked_at_whatever_its_text() -> None:
+    env = {"LS_COLORS": os.fsdecode(b"\xff\xfe"), "HOME": "/home/user"}
+    answer = resolve(ResolveRequest("atlas-a2", env=env))
+    assert answer.ok and not answer.diagnostics
+    assert answer.paths["op_cache_dir"] == "/home/user/atc_data"
+
+
+def test_a_workdir_that_is_not_text_is_an_error_and_the_paths_keep_the_placeholder() -> None:
+    answer = resolve(ResolveRequest("atlas-a2", workdir=os.fsdecode(b"/job/\xff")))
+    assert [(d.code, d.option) for d in answer.errors] == [(Code.INVALID_VALUE, "workdir")]
+    assert answer.paths["debug_dir"] == "<workdir>"
     _sendable(answer.to_json())
 
 

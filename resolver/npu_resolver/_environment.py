@@ -8,12 +8,37 @@ from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, MAX_MEMO_TEXT, Code, keep, plain_text
+from ._model import JSON, MAX_MEMO_TEXT, Code, is_text, keep, plain_text
+from ._options import ENV_VAR_RULES
 from ._state import PolicyLayer, State, via_env
-from ._values import Problem, parse
+from ._values import Problem, parse, show
 
 _MAX_ENV_TEXTS: Final = 32
 """Per option view (of the few with a variable); texts beyond these are parsed each time."""
+
+
+def not_text(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The named variables whose value is not Unicode text: a lone surrogate, as os.environ
+    gives for bytes that are not UTF-8. Such a value can name no path in an answer, nor be
+    sent to a server; in process it is an error and the variable counts as unset."""
+    return tuple(
+        var
+        for var in ENV_VAR_RULES
+        if (text := env.get(var)) is not None and not is_text(plain_text(text))
+    )
+
+
+def report_not_text(state: State, env: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """INVALID_VALUE on `env.NAME` for each variable `not_text` found."""
+    for var in names:
+        state.emit(
+            Code.INVALID_VALUE,
+            f"env.{var}",
+            ENV_VAR_RULES[var],
+            f"environment variable {var} is {show(env[var])}, which is not valid "
+            "UTF-8 text (bytes that are not UTF-8, or a lone surrogate such as \\ud800); it is "
+            "read as unset: fix or unset it.",
+        )
 
 
 def read_env(

@@ -423,10 +423,16 @@ CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str]]] = {
 """R-OCC-4: the operator cache's size variables, with the least and greatest value each takes
 and how the source describes a valid one."""
 FLAG_ENV_VARS: Final = ("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM",)
-NAMED_ENV_VARS: Final = (
-    *PATH_ENV_VARS,
-    *(o.env for o in OPTIONS if o.env),
-    *CACHE_ENV_VARS,
-    *FLAG_ENV_VARS,
-)
+ENV_VAR_RULES: Final[Mapping[str, str]] = {
+    "ASCEND_WORK_PATH": "R-EXD-3",
+    "NPU_COLLECT_PATH": "R-EXD-2",
+    "ASCEND_CACHE_PATH": "R-OCD-1",
+    "HOME": "R-OCD-1",
+    **{o.env: o.env_rule for o in OPTIONS if o.env},
+    **dict.fromkeys(CACHE_ENV_VARS, "R-OCC-4"),
+    "ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1",
+}
+"""Every environment variable rules.md names, with the first rule that reads it: the rule a
+diagnostic about the variable itself cites."""
+NAMED_ENV_VARS: Final = tuple(ENV_VAR_RULES)
 """Every environment variable rules.md names: the only ones that matter to a resolution."""
