@@ -639,16 +639,30 @@ def stream_sync_above_hccl(state: State) -> None:
         )
 
 
-def debug_level_on_350(state: State) -> None:
-    """R-DEP-3: op_debug_level 1, 2 and 4 produce no TBE mapping files on atlas-350."""
+def debug_level_advice(state: State) -> None:
+    """R-DEP-3: op_debug_level 1, 2 and 4 produce no TBE mapping files on atlas-350; and the
+    source advises against 2 (ccec -O0 -g, larger kernels) on a dynamic-shape graph, as it does
+    for the ccec options of op_debug_config (R-ODC-1)."""
     level = state.value("op_debug_level")
-    if state.pid == "atlas-350" and level in (1, 2, 4) and state.is_set("op_debug_level"):
+    if level not in (1, 2, 4) or not state.is_set("op_debug_level"):
+        return
+    if state.pid == "atlas-350":
         state.emit(
             Code.ADVICE,
             "op_debug_level",
             "R-DEP-3",
             f"op_debug_level {level} produces no TBE instruction mapping files on atlas-350; "
             "do not rely on them for AI Core Error analysis there.",
+        )
+    dynamic = dynamic_shape(state) if level == 2 else None
+    if dynamic is not None:
+        state.emit(
+            Code.ADVICE,
+            "op_debug_level",
+            "R-DEP-3",
+            f"op_debug_level 2 compiles operators with ccec -O0 -g, which enlarges their kernels; "
+            f"with {dynamic} true (dynamic shape) a kernel may grow too large to compile, and "
+            "the source advises against 2 there: use 1 unless you need the ccec debug build.",
         )
 
 
@@ -749,7 +763,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-ACN-2", Stage.CROSS, aicore_num_with_prebuilt),
     CrossRule("R-SST-2", Stage.CROSS, stream_sync_above_hccl),
     CrossRule("R-ESC-1", Stage.CROSS, small_channel_in_training),
-    CrossRule("R-DEP-3", Stage.CROSS, debug_level_on_350),
+    CrossRule("R-DEP-3", Stage.CROSS, debug_level_advice),
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
     CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
     CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),

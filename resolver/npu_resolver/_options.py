@@ -284,7 +284,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "aicore_num", S.OP_COMPILATION, T.STR, "R-ACN-1",
-        "Maximum Cube and Vector cores for operator compile, 'CUBE|VECTOR'.",
+        "Maximum Cube and Vector cores for operator compile, 'CUBE|VECTOR'; each at most the "
+        "chip's own count (its platform_config/<soc_version>.ini), which the resolver does not "
+        "know, so only > 0 is checked.",
         rules=("R-ACN-2",), validator=fmt.aicore_num, validator_rule="R-ACN-1",
         products=A3_A2, products_rule="R-ACN-1",
     ),
