@@ -54,6 +54,15 @@ def read_env(
             continue
         view = state.view[option.name]
         text = plain_text(text)
+        if not text.strip():  # `export VAR=`: names no value, as a blank folder variable
+            state.emit(
+                Code.NORMALIZED,
+                f"env.{var}",
+                option.env_rule,
+                f"environment variable {var} is blank, which sets nothing: {option.name} is "
+                "resolved as if it were unset. Unset the variable instead.",
+            )
+            continue
         parsed = view.env_texts.get(text)
         if parsed is None:
             parsed = parse(view, text.strip(), product=state.pid, from_text=True)
