@@ -434,7 +434,8 @@ ENV_VAR_RULES: Final[Mapping[str, str]] = {
     **dict.fromkeys(CACHE_ENV_VARS, "R-OCC-4"),
     "ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1",
 }
-"""Every environment variable rules.md names, with the first rule that reads it: the rule a
-diagnostic about the variable itself cites."""
+"""Every environment variable rules.md names, with the rule a diagnostic about the variable
+itself cites: the one that gives its option, else one that reads it (ASCEND_WORK_PATH is read
+by five; the dump folder's rule stands for them)."""
 NAMED_ENV_VARS: Final = tuple(ENV_VAR_RULES)
 """Every environment variable rules.md names: the only ones that matter to a resolution."""
