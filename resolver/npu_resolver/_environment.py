@@ -8,7 +8,7 @@ from typing import Final
 
 from ._catalog import Catalog
 from ._gates import option_gate
-from ._model import JSON, MAX_MEMO_TEXT, Code, is_text, keep, plain_text
+from ._model import JSON, MAX_MEMO_TEXT, Code, ResolveRequest, is_text, keep, plain_text
 from ._options import ENV_VAR_RULES
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse, show
@@ -17,28 +17,41 @@ _MAX_ENV_TEXTS: Final = 32
 """Per option view (of the few with a variable); texts beyond these are parsed each time."""
 
 
-def not_text(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The named variables whose value is not Unicode text: a lone surrogate, as os.environ
-    gives for bytes that are not UTF-8. Such a value can name no path in an answer, nor be
-    sent to a server; in process it is an error and the variable counts as unset."""
-    return tuple(
+_NOT_UTF8: Final = (
+    "not valid UTF-8 text (bytes that are not UTF-8, or a lone surrogate such as \\ud800)"
+)
+
+
+def readable(request: ResolveRequest) -> tuple[Mapping[str, str], str, tuple[str, ...]]:
+    """The request's env and workdir without text that is not Unicode (a lone surrogate, as
+    os.environ gives for bytes that are not UTF-8), and the names of what was left out: the
+    named variables, then "workdir". Such text can name no path in an answer, nor be sent to a
+    server; in process it is an error (see `report_unreadable`) and counts as unset."""
+    env, workdir = request.env, request.workdir
+    left_out = tuple(
         var
         for var in ENV_VAR_RULES
         if (text := env.get(var)) is not None and not is_text(plain_text(text))
     )
+    if left_out:
+        env = {var: text for var, text in env.items() if var not in left_out}
+    if not is_text(workdir):
+        workdir, left_out = "", (*left_out, "workdir")
+    return env, workdir, left_out
 
 
-def report_not_text(state: State, env: Mapping[str, str], names: tuple[str, ...]) -> None:
-    """INVALID_VALUE on `env.NAME` for each variable `not_text` found."""
-    for var in names:
-        state.emit(
-            Code.INVALID_VALUE,
-            f"env.{var}",
-            ENV_VAR_RULES[var],
-            f"environment variable {var} is {show(env[var])}, which is not valid "
-            "UTF-8 text (bytes that are not UTF-8, or a lone surrogate such as \\ud800); it is "
-            "read as unset: fix or unset it.",
+def report_unreadable(state: State, request: ResolveRequest, left_out: tuple[str, ...]) -> None:
+    """INVALID_VALUE on `env.NAME` or `workdir` for each name `readable` left out."""
+    for name in left_out:
+        if name == "workdir":
+            message = f"workdir {show(request.workdir)} is {_NOT_UTF8}; the paths keep <workdir>."
+            state.emit(Code.INVALID_VALUE, name, "", message)
+            continue
+        message = (
+            f"environment variable {name} is {show(request.env[name])}, which is {_NOT_UTF8}; "
+            "it is read as unset: fix or unset it."
         )
+        state.emit(Code.INVALID_VALUE, f"env.{name}", ENV_VAR_RULES[name], message)
 
 
 def read_env(

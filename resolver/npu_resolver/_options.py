@@ -416,26 +416,29 @@ OPTIONS: Final[tuple[Option, ...]] = (
 )
 # fmt: on
 
-# Environment variables the source names but that set no option (paths and cache sizes).
-PATH_ENV_VARS: Final = ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH", "ASCEND_CACHE_PATH", "HOME")
+# Environment variables the source names but that set no option (paths, cache sizes, a flag),
+# each with the rule a diagnostic about the variable itself cites: one that reads it
+# (ASCEND_WORK_PATH is read by five; the dump folder's rule stands for them).
+PATH_ENV_VARS: Final[Mapping[str, str]] = {
+    "ASCEND_WORK_PATH": "R-EXD-3",
+    "NPU_COLLECT_PATH": "R-EXD-2",
+    "ASCEND_CACHE_PATH": "R-OCD-1",
+    "HOME": "R-OCD-1",
+}
 CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str]]] = {
     "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging"),
     "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]"),
 }
 """R-OCC-4: the operator cache's size variables, with the least and greatest value each takes
 and how the source describes a valid one."""
-FLAG_ENV_VARS: Final = ("ENABLE_DYNAMIC_SHAPE_MULTI_STREAM",)
+FLAG_ENV_VARS: Final[Mapping[str, str]] = {"ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1"}
 ENV_VAR_RULES: Final[Mapping[str, str]] = {
-    "ASCEND_WORK_PATH": "R-EXD-3",
-    "NPU_COLLECT_PATH": "R-EXD-2",
-    "ASCEND_CACHE_PATH": "R-OCD-1",
-    "HOME": "R-OCD-1",
+    **PATH_ENV_VARS,
     **{o.env: o.env_rule for o in OPTIONS if o.env},
     **dict.fromkeys(CACHE_ENV_VARS, "R-OCC-4"),
-    "ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1",
+    **FLAG_ENV_VARS,
 }
-"""Every environment variable rules.md names, with the rule a diagnostic about the variable
-itself cites: the one that gives its option, else one that reads it (ASCEND_WORK_PATH is read
-by five; the dump folder's rule stands for them)."""
+"""Every environment variable rules.md names, with the rule its own diagnostics cite (for an
+option's variable, the rule by which it gives the option)."""
 NAMED_ENV_VARS: Final = tuple(ENV_VAR_RULES)
 """Every environment variable rules.md names: the only ones that matter to a resolution."""

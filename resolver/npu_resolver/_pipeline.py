@@ -16,7 +16,7 @@ from typing import Final
 from ._catalog import CATALOG, Catalog
 from ._content import apply_content_rules
 from ._cross import CROSS_RULES, CrossRule, Stage
-from ._environment import env_problems, not_text, read_env, report_not_text
+from ._environment import env_problems, read_env, readable, report_unreadable
 from ._fingerprint import digest, fragment
 from ._gates import apply_gates
 from ._model import (
@@ -31,7 +31,6 @@ from ._model import (
     ResolveRequest,
     Severity,
     closest,
-    is_text,
     keep,
     plain_text,
     printable,
@@ -392,25 +391,11 @@ def resolve(
             request.product, diagnostic, policy_version=policy_version, catalog=catalog
         )
 
-    env, workdir = request.env, request.workdir
-    unreadable = not_text(env)
-    if unreadable:
-        env = {var: text for var, text in env.items() if var not in unreadable}
-    if not is_text(workdir):
-        workdir = ""
+    env, workdir, unreadable = readable(request)
     probe = State(
         pid, Mode.TRAINING, catalog.view(pid, Mode.TRAINING), env, request.strict, workdir
     )
-    if unreadable:
-        report_not_text(probe, request.env, unreadable)
-    if workdir is not request.workdir:
-        probe.emit(
-            Code.INVALID_VALUE,
-            "workdir",
-            "",
-            f"workdir {show(request.workdir)} is not valid UTF-8 text (bytes that "
-            "are not UTF-8, or a lone surrogate such as \\ud800); the paths keep <workdir>.",
-        )
+    report_unreadable(probe, request, unreadable)
     explicit = _read_config(request, probe, catalog)
     mode = effective_mode(probe, explicit, layer)
     state = probe
