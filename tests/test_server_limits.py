@@ -13,17 +13,19 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npu_resolver import MAX_CONFIG_ITEMS
+from npu_resolver import CATALOG, MAX_CONFIG_ITEMS, ResolveRequest, resolve
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
 from npu_resolver_server._encode import field, length_delimited, struct_items, varint
 from npu_resolver_server._servicer import (
     MAX_BATCH_ITEMS,
-    MAX_DETAILS_BYTES,
     MAX_DIFF_PRODUCTS,
+    STATUS_DETAILS_KEY,
+    TRAILER_BYTES,
     UNREADABLE,
     fit_trailer,
     too_large,
+    trailer_bytes,
 )
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 
@@ -72,8 +74,13 @@ def test_a_diff_names_each_product_once_and_at_most_the_limit(
     assert list(pb.DiffResponse.FromString(reply).products) == ["atlas-a2"]
 
 
+def _trailer(error: Any) -> int:
+    """The trailer bytes the call's status message and details took."""
+    return trailer_bytes(error.details(), len(dict(error.trailing_metadata())[STATUS_DETAILS_KEY]))
+
+
 def _details(error: Any) -> status_pb2.Status:
-    raw = dict(error.trailing_metadata())["grpc-status-details-bin"]
+    raw = dict(error.trailing_metadata())[STATUS_DETAILS_KEY]
     return status_pb2.Status.FromString(raw)
 
 
@@ -85,7 +92,7 @@ def test_a_report_of_many_errors_reaches_a_default_client(grpc_target: str) -> N
     request.config.update(config)
     code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT, error
-    assert len(dict(error.trailing_metadata())["grpc-status-details-bin"]) <= MAX_DETAILS_BYTES
+    assert _trailer(error) <= TRAILER_BYTES
     status = _details(error)
     assert "validate_only" in error.details()
     bad = error_details_pb2.BadRequest()
@@ -104,8 +111,41 @@ def test_cut_details_stay_within_the_budget_with_long_non_ascii_names(
     request.config.update(config)
     code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT
-    assert len(dict(error.trailing_metadata())["grpc-status-details-bin"]) <= MAX_DETAILS_BYTES
+    assert _trailer(error) <= TRAILER_BYTES
     assert "validate_only" in error.details()
+
+
+def _refused_lists(count: int) -> dict[str, Any]:
+    """A config of `count` options, each set to a list, which every one of them refuses."""
+    config: dict[str, Any] = {}
+    for option in CATALOG.options:
+        trial = {**config, option.name: [1]}
+        if len(resolve(ResolveRequest("atlas-a2", trial)).errors) == len(trial):
+            config = trial
+        if len(config) == count:
+            return config
+    raise AssertionError(f"fewer than {count} options refuse a list")
+
+
+def test_a_report_within_the_trailer_budget_arrives_whole_on_every_call(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """28 errors: about 7 KB of details with the response packed, under the 8 KiB of trailer a
+    default client takes (over it, gRPC refuses trailers at random), so nothing is cut."""
+    request = pb.ResolveRequest(product="atlas-a2")
+    request.config.update(_refused_lists(28))
+    for _ in range(20):
+        code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, error
+        assert 6_000 < _trailer(error) <= TRAILER_BYTES
+        status = _details(error)
+        bad = error_details_pb2.BadRequest()
+        assert status.details[0].Unpack(bad)
+        assert len(bad.field_violations) == 28
+        packed = pb.ResolveResponse()
+        assert status.details[1].Unpack(packed)
+        assert len(packed.diagnostics) == 28
+        assert "validate_only" not in error.details()
 
 
 def test_a_report_of_a_few_errors_still_packs_the_response(grpc_target: str) -> None:  # noqa: F811
@@ -181,7 +221,6 @@ def test_deep_and_wide_configs_get_the_in_process_answer_through_a_server(
 ) -> None:
     """The server's reading limits are the core's: both refuse the same configs, alike."""
     import npu_resolver
-    from npu_resolver import ResolveRequest
 
     request = ResolveRequest("atlas-a2", config, validate_only=True)
     local = npu_resolver.resolve(request)
@@ -198,7 +237,6 @@ def test_a_batch_item_keeps_its_whole_report_however_many_errors(
     grpc_target: str,  # noqa: F811
 ) -> None:
     """Batch items travel in the reply's body: no trailer limit cuts their report."""
-    from npu_resolver import ResolveRequest
 
     with ResolverClient(grpc_target) as client:
         config = {f"no_such_option_number_{i}": i for i in range(40)}
@@ -208,17 +246,19 @@ def test_a_batch_item_keeps_its_whole_report_however_many_errors(
     assert len(item.resolution.errors) == 40
 
 
-def test_one_error_too_long_for_the_trailer_is_cut_not_lost() -> None:
+@pytest.mark.parametrize("char", ["x", "中", "%"])
+def test_one_error_too_long_for_the_trailer_is_cut_not_lost(char: str) -> None:
     """However long one error's text is, the details still fit the trailer a default client
-    takes, with the violation's field and reason intact."""
-    long = "x" * 30_000
+    takes, with the violation's field and reason intact; also text that grpc-message sends
+    percent-encoded, each character as several bytes."""
+    long = char * 30_000
     violation = error_details_pb2.BadRequest.FieldViolation(
         field="config.some_option", reason="INVALID_VALUE", description=long
     )
     status = status_pb2.Status(code=3, message=long)
     status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
     message, details = fit_trailer(long, status.SerializeToString())
-    assert len(details) <= MAX_DETAILS_BYTES
+    assert trailer_bytes(message, len(details)) <= TRAILER_BYTES
     assert len(message) <= 1_000
     kept = status_pb2.Status.FromString(details)
     bad = error_details_pb2.BadRequest()
@@ -237,7 +277,6 @@ def test_a_struct_config_deeper_than_the_decoder_reads_is_a_report_not_a_malform
     all. Callers in other languages send Struct: they get the in-process answer (a config too
     deep), a batch answers its other items, and a diff reports it in every column."""
     import npu_resolver
-    from npu_resolver import ResolveRequest
     from npu_resolver_client.wire import pb_grpc, resolution_from_proto
 
     config = {"dump_config": _nested(levels)}
@@ -497,7 +536,6 @@ def test_a_struct_config_wide_below_its_top_level_is_the_in_process_report_unrea
     """protobuf's decoder reads a nested map in time quadratic in its size as well (150,000
     keys one level down: half a second): such a config is refused from its bytes, with the
     answer a resolve in process gives."""
-    from npu_resolver import ResolveRequest, resolve
 
     request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING, validate_only=True)
     request.config.update(config)

@@ -121,10 +121,24 @@ BATCH_SLICE_S: Final = 0.02
 """Or fewer, once this long has passed: items with megabyte attachments take a tenth of a
 second each, and a health probe should not wait for sixteen of them."""
 MAX_DIFF_PRODUCTS: Final = npu_resolver.MAX_DIFF_PRODUCTS
-MAX_DETAILS_BYTES: Final = 5000
-"""Status details travel base64-encoded in a trailer; with the message they must stay under
-the 8 KiB of metadata a default gRPC client accepts, or the caller gets no report at all."""
+TRAILER_BYTES: Final = 7800
+"""What a failed call's status details and status message (as sent) may take together. A
+default gRPC client refuses trailers over 8 KiB at random (over 16 KiB always), and then the
+caller gets no report at all. It counts each entry decoded (details as bytes, not base64),
+with its key and 32 bytes more: 8,000 bytes of details arrived on every call, 9,000 not; the
+status, message and pid entries' keys and overhead take under 200 bytes of the 8,192."""
 MAX_MESSAGE_CHARS: Final = 500
+SHORT_TEXT_CHARS: Final = 100
+"""A report's texts cut further, when even one violation's texts cut to MAX_MESSAGE_CHARS do
+not fit (text of which each character is percent-encoded into many bytes)."""
+_SENT_AS_IS: Final = bytes(b for b in range(0x20, 0x7F) if b != ord("%"))
+
+
+def trailer_bytes(message: str, details_size: int) -> int:
+    """The trailer bytes a status message and details take: grpc-message percent-encodes each
+    byte outside printable ASCII, and "%" (three bytes for one)."""
+    sent = message.encode("utf-8", "replace")
+    return len(sent) + 2 * len(sent.translate(None, _SENT_AS_IS)) + details_size
 
 
 def error_answer(resolution: Resolution, response: bytes) -> Answer:
@@ -159,12 +173,12 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     """The status message and details of a failed unary call, cut to fit a trailer: a report
     too large keeps as many violations as fit and leaves the packed response out, which the same
     request with validate_only returns in full (the Python client asks for it by itself)."""
-    if len(details) <= MAX_DETAILS_BYTES:
+    if trailer_bytes(message, len(details)) <= TRAILER_BYTES:
         return message, details
     status = status_pb2.Status.FromString(details)
     bad_request = error_details_pb2.BadRequest()
     if not status.details or not status.details[0].Unpack(bad_request):
-        return message[:MAX_MESSAGE_CHARS], b""
+        return _cut(message, SHORT_TEXT_CHARS), b""
     violations = list(bad_request.field_violations)
     kept = len(violations)
     del status.details[1:]  # the packed response
@@ -175,17 +189,22 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
             "errors listed): send the request with validate_only for all of it"
         )
 
+    def over() -> bool:
+        return trailer_bytes(status.message, status.ByteSize()) > TRAILER_BYTES
+
     status.message = noted(kept)
-    while kept > 1 and status.ByteSize() > MAX_DETAILS_BYTES:
+    while kept > 1 and over():
         kept = max(1, kept * 3 // 4)
         status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
         status.message = noted(kept)
-    if status.ByteSize() > MAX_DETAILS_BYTES:  # one violation too long on its own: cut its text
+    for limit in (MAX_MESSAGE_CHARS, SHORT_TEXT_CHARS):  # one violation too long on its own
+        if not over():
+            break
         for violation in violations[:kept]:
-            violation.description = _cut(violation.description)
-            violation.field = _cut(violation.field)
+            violation.description = _cut(violation.description, limit)
+            violation.field = _cut(violation.field, limit)
         status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
-        status.message = noted(kept) if len(message) <= MAX_MESSAGE_CHARS else _cut(message)
+        status.message = noted(kept) if len(message) <= limit else _cut(message, limit)
     return status.message, status.SerializeToString()
 
 
@@ -207,8 +226,8 @@ def refuse(
     return b""
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+def _cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
