@@ -333,3 +333,59 @@ def test_a_grammar_gives_the_same_verdict_whatever_was_asked_before(texts: list[
         fresh = getattr(check, "__wrapped__", check)
         for text in [*texts, *texts]:
             assert check(text) == fresh(text), (check.__name__, text)
+
+
+SPELT = [o for o in CATALOG.options if o.canonical is not None]
+SEPARATORS = {  # the separators of each grammar, and whether its parts hold numbers
+    "aicore_num": ("|", True),
+    "stream_max_parallel_num": (",:", True),
+    "local_device_list": (",", True),
+    "enable_scope_fusion_passes": (",", False),
+    "optypelist_for_implmode": (",", False),
+}
+_padded_number = st.tuples(
+    st.sampled_from(["", " ", "  "]),
+    st.sampled_from(["", "0", "00"]),
+    st.integers(0, 99),
+    st.sampled_from(["", " "]),
+).map(lambda parts: "".join(map(str, parts)))
+_names = st.lists(st.sampled_from([" Pooling", "LRN ", "SoftmaxV2", " ROIAlign ", "0Pass"]))
+SPELLINGS = {  # well-formed values, spelt with spaces and leading zeros, or not
+    "aicore_num": st.tuples(_padded_number, _padded_number).map("|".join),
+    "stream_max_parallel_num": st.lists(
+        st.tuples(st.sampled_from([" DNN_VM_AICPU", "AIcoreEngine "]), _padded_number),
+        min_size=1,
+        max_size=2,
+        unique_by=lambda item: item[0],
+    ).map(lambda items: ",".join(f"{engine}:{count}" for engine, count in items)),
+    "local_device_list": st.lists(_padded_number, min_size=1, max_size=4).map(",".join),
+    "enable_scope_fusion_passes": _names.filter(bool).map(",".join),
+    "optypelist_for_implmode": _names.filter(bool).map(",".join),
+}
+
+
+@given(st.data())
+@settings(max_examples=300)
+def test_a_value_spelt_another_way_resolves_as_its_canonical_spelling(data: st.DataObject) -> None:
+    """R-ACN-1, R-SMP-1, R-LRI-1, R-ESF-1, R-DEP-5: a well-formed value with spaces or leading
+    zeros means what its canonical spelling means: same options, same fingerprint; the
+    spelling is well formed and its own canonical form, and only a different one is noted."""
+    option = data.draw(st.sampled_from(SPELT))
+    text = data.draw(st.one_of(SPELLINGS[option.name], st.text(max_size=20)))
+    assert option.validator is not None and option.canonical is not None
+    if option.validator(text) is not None:
+        return
+    canonical = option.canonical(text)
+    assert option.validator(canonical) is None
+    assert option.canonical(canonical) == canonical
+    seps, numbers = SEPARATORS[option.name]
+    assert re.search(rf"\s[{seps}]|[{seps}]\s|^\s|\s$", canonical) is None, canonical
+    assert not numbers or re.search(rf"(?:^|[{seps}])0[0-9]", canonical) is None, canonical
+    config: dict[str, Any] = {option.name: text}
+    if option.name == "optypelist_for_implmode":
+        config["op_select_implmode"] = "high_precision"
+    spelt = resolve(ResolveRequest("atlas-a2", config))
+    plain = resolve(ResolveRequest("atlas-a2", {**config, option.name: canonical}))
+    assert spelt.options == plain.options and spelt.fingerprint == plain.fingerprint
+    noted = [d for d in spelt.diagnostics if d.code is Code.NORMALIZED and d.option == option.name]
+    assert len(noted) == (text != canonical)

@@ -25,7 +25,7 @@ from ._model import (
 from ._options import OPTIONS
 from ._products import PRODUCT_IDS, PRODUCTS
 from ._rules import RULES
-from ._schema import Default, Mode, Option, OptType, Range, ValueGate
+from ._schema import Canonical, Default, Mode, Option, OptType, Range, Validator, ValueGate
 from ._values import unfit
 
 if TYPE_CHECKING:
@@ -126,6 +126,19 @@ def _passes_through(raw: JSON) -> bool:
     return unfit(raw) is None
 
 
+def _as_written(check: Validator, canonical: Canonical) -> Validator:
+    """`check`, declining also a well-formed value spelt otherwise than its grammar writes it:
+    parse() reads that one as the canonical spelling, with its note. (Both are memoized.)"""
+
+    def check_spelling(raw: str) -> str | None:
+        reason = check(raw)
+        if reason is None and canonical(raw) != raw:
+            return "spelt otherwise than the grammar writes it"
+        return reason
+
+    return check_spelling
+
+
 def _acceptor(option: Option, rng: Range | None) -> Callable[[JSON], bool]:
     """Whether a value is valid exactly as given, the check every value of the request meets
     first, specialised once per view to the checks its option's type, choices, range and
@@ -133,6 +146,8 @@ def _acceptor(option: Option, rng: Range | None) -> Callable[[JSON], bool]:
     verdict on any value it accepts: declining more is safe, accepting more is not."""
     pytype = _PYTYPES.get(option.type)
     check = option.validator
+    if check is not None and option.canonical is not None:
+        check = _as_written(check, option.canonical)
     choices = frozenset(option.choices) if option.choices else None
     if option.aliases or (rng is not None and pytype is not int):
         return _never

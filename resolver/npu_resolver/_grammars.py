@@ -1,7 +1,10 @@
-"""Value grammars: checks for string options whose value has a grammar of its own.
+"""Value grammars: checks for string options whose value has a grammar of its own, and the
+canonical spelling of a well-formed value.
 
-Each returns None when the value is well formed, else a short reason for the diagnostic.
-Every check is a single linear pass: a caller's string is never evaluated.
+Each check returns None when the value is well formed, else a short reason for the diagnostic.
+A canonical form (for a value its check passed) writes it as the source's examples do: no
+spaces around the separators, numbers without leading zeros. Every check is a single linear
+pass: a caller's string is never evaluated.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ import re
 import unicodedata
 from collections.abc import Callable
 from functools import wraps
-from typing import Final
+from typing import Final, TypeVar
 
 from ._model import MAX_MEMO_TEXT, keep
 
 Grammar = Callable[[str], str | None]
+_T = TypeVar("_T")
 MAX_MEMO_ENTRIES: Final = 2048
 """Bound of each grammar's memo: the values a cluster's jobs keep sending are few."""
 
@@ -25,15 +29,15 @@ times (the quick check, the full parse, each column of a diff), and a 64 K-chara
 takes tens of milliseconds to judge."""
 
 
-def memoized(check: Grammar) -> Grammar:
+def memoized(check: Callable[[str], _T]) -> Callable[[str], _T]:
     """The same text recurs from job to job and its verdict never changes: keep the verdicts
     of short texts (bounded), so that a grammar costs one look-up on the common path; and of
     the last few long ones, so that one request judges its long value once."""
-    known: dict[str, str | None] = {}
-    recent: dict[str, str | None] = {}
+    known: dict[str, _T] = {}
+    recent: dict[str, _T] = {}
 
     @wraps(check)
-    def verdict(value: str) -> str | None:
+    def verdict(value: str) -> _T:
         if value in known:
             return known[value]
         short = len(value) <= MAX_MEMO_TEXT
@@ -180,3 +184,34 @@ def path_chars(value: str) -> str | None:
 def non_empty(value: str) -> str | None:
     """Paths: an empty string names nothing."""
     return None if value.strip() else "the path is empty"
+
+
+def _number(digits: str) -> str:
+    """A run of digits without its leading zeros (not through int(): see _magnitude)."""
+    return digits.lstrip("0") or "0"
+
+
+@memoized
+def canonical_list(value: str) -> str:
+    """'a, b' as 'a,b' (R-ESF-1, R-DEP-5)."""
+    return ",".join(_split_list(value))
+
+
+@memoized
+def canonical_device_list(value: str) -> str:
+    """' 0, 01' as '0,1' (R-LRI-1)."""
+    return ",".join(_number(item) for item in _split_list(value))
+
+
+@memoized
+def canonical_stream_max_parallel_num(value: str) -> str:
+    """'DNN_VM_AICPU: 10 , AIcoreEngine:01' as 'DNN_VM_AICPU:10,AIcoreEngine:1' (R-SMP-1)."""
+    items = (item.partition(":") for item in _split_list(value))
+    return ",".join(f"{engine.strip()}:{_number(count.strip())}" for engine, _, count in items)
+
+
+@memoized
+def canonical_aicore_num(value: str) -> str:
+    """' 2 | 04' as '2|4' (R-ACN-1)."""
+    cube, _, vector = value.partition("|")
+    return f"{_number(cube.strip())}|{_number(vector.strip())}"

@@ -214,12 +214,13 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "enable_scope_fusion_passes", S.PERFORMANCE, T.STR, "R-ESF-1",
         "Comma-separated non-general scope fusion passes to enable.",
-        validator=fmt.name_list, validator_rule="R-ESF-1",
+        validator=fmt.name_list, validator_rule="R-ESF-1", canonical=fmt.canonical_list,
     ),
     Option(
         "stream_max_parallel_num", S.PERFORMANCE, T.STR, "R-SMP-1",
         "AI CPU / AI Core engine parallelism, e.g. 'DNN_VM_AICPU:10,AIcoreEngine:1' (NMT only).",
         validator=fmt.stream_max_parallel_num, validator_rule="R-SMP-1",
+        canonical=fmt.canonical_stream_max_parallel_num,
     ),
     Option(
         "is_tailing_optimization", S.PERFORMANCE, T.BOOL, "R-TAIL-1",
@@ -288,6 +289,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "chip's own count (its platform_config/<soc_version>.ini), which the resolver does not "
         "know, so only > 0 is checked.",
         rules=("R-ACN-2",), validator=fmt.aicore_num, validator_rule="R-ACN-1",
+        canonical=fmt.canonical_aicore_num,
         products=A3_A2, products_rule="R-ACN-1",
     ),
     Option(
@@ -304,7 +306,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "local_device_list", S.DATA_AUGMENTATION, T.STR, "R-LRI-1",
         "Comma-separated device ids the main process sends data to (with local_rank_id).",
-        validator=fmt.device_list, validator_rule="R-LRI-1",
+        validator=fmt.device_list, validator_rule="R-LRI-1", canonical=fmt.canonical_device_list,
     ),
     # ---------------------------------------------------------------- exception recovery
     Option(
@@ -385,6 +387,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "optypelist_for_implmode", S.DEPRECATED, T.STR, "R-DEP-5",
         "Op types (Pooling, SoftmaxV2, LRN, ROIAlign) that use op_select_implmode.",
         rules=("R-OPM-1",), validator=fmt.implmode_optypes, validator_rule="R-DEP-5",
+        canonical=fmt.canonical_list,
         deprecated=True,
     ),
     Option(

@@ -109,6 +109,8 @@ class ValueGate:
 
 Validator = Callable[[str], str | None]
 """Checks a string value's format; returns a reason when it is malformed."""
+Canonical = Callable[[str], str]
+"""The canonical spelling of a string value its validator passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,9 @@ class Option:
     value_gates: tuple[ValueGate, ...] = ()
     validator: Validator | None = None
     validator_rule: str = ""
+    canonical: Canonical | None = None
+    """How the validator's grammar writes a value (no spaces around separators, no leading
+    zeros): a value written otherwise is read as it, with a NORMALIZED note."""
     deprecated: bool = False
     experimental: bool = False
     unsupported_version: bool = False

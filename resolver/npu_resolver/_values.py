@@ -412,4 +412,12 @@ def parse_in_full(
                 option.validator_rule,
                 f"{option.name} {show(value)} is malformed: {reason}.",
             )
+        canonical = option.canonical(value) if option.canonical is not None else value
+        if canonical != value:
+            value = canonical
+            note = Problem(
+                Code.NORMALIZED,
+                option.validator_rule,
+                f"{option.name} {show(raw)} was read as {show(value)}; write {show(value)}.",
+            )
     return Parsed(value, note)
