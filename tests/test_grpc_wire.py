@@ -15,9 +15,10 @@ import pytest
 from google.protobuf import json_format
 
 import npu_resolver
-from npu_resolver import ResolveRequest, parse_policy, resolve
+from npu_resolver import ENV_VARS, ResolveRequest, parse_policy, resolve
 from npu_resolver_client._convert import (
     LimitError,
+    NotTextError,
     catalog_from_proto,
     catalog_to_proto,
     checked_struct_to_py,
@@ -173,8 +174,12 @@ def test_requested_absent_unless_set() -> None:
 
 @pytest.mark.parametrize(("name", "request_"), VARIED, ids=[n for n, _ in VARIED])
 def test_request_round_trip(name: str, request_: ResolveRequest) -> None:
+    """Every field travels as given, but the env: only the variables the resolver reads."""
     wire = pb.ResolveRequest.FromString(request_to_proto(request_).SerializeToString())
     back = request_from_proto(wire, max_depth=32, max_keys=1000)
+    request_ = dataclasses.replace(
+        request_, env={k: v for k, v in request_.env.items() if k in ENV_VARS}
+    )
     assert back == request_
     assert json.dumps(back.to_json(), sort_keys=True) == json.dumps(
         request_.to_json(), sort_keys=True
@@ -344,3 +349,19 @@ def test_a_package_uses_only_the_public_modules_of_the_others(package: str) -> N
                 if top in PACKAGES and top != package and any(p.startswith("_") for p in rest):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
     assert not found, found
+
+
+def test_only_the_variables_the_resolver_reads_are_sent_and_the_answer_is_the_same() -> None:
+    """A job's whole environment (`dict(os.environ)`) may be passed: variables no rule reads
+    are not sent, even one that is not text (os.environ gives such bytes as lone surrogates),
+    and the answer is the one in process; a read one that is not text is still refused."""
+    job_env = {"PATH": "/usr/bin", "JOB_ID": "4711", "ODD": "b\udcff", "HCCL_EXEC_TIMEOUT": "900"}
+    request_ = ResolveRequest(product="atlas-a2", env=job_env, workdir="/job")
+    wire = request_to_proto(request_)
+    assert dict(wire.env) == {"HCCL_EXEC_TIMEOUT": "900"}
+    other_job = dataclasses.replace(request_, env={**job_env, "JOB_ID": "4712"})
+    assert request_to_proto(other_job).SerializeToString() == wire.SerializeToString()
+    back = request_from_proto(wire, max_depth=32, max_keys=1000)
+    assert resolve(back) == resolve(request_)
+    with pytest.raises(NotTextError, match=r"env\.HOME"):
+        request_to_proto(dataclasses.replace(request_, env={**job_env, "HOME": "/h\udcff"}))

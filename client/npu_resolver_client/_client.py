@@ -43,6 +43,7 @@ from ._convert import (
     request_to_proto,
     resolution_from_proto,
     restore_callers_values,
+    sent_env,
     violation_field,
 )
 from ._errors import (
@@ -275,7 +276,7 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
         raise _not_sent(exc) from None
     return pb.DiffRequest(
         products=list(products),
-        env=dict(request.env),
+        env=sent_env(request.env),
         workdir=request.workdir,
         profile=request.profile,
         strict=request.strict,

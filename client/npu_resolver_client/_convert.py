@@ -16,6 +16,7 @@ from typing import Any, Final
 from google.protobuf import struct_pb2
 
 from npu_resolver import (
+    ENV_VARS,
     MAX_EXACT_INT,
     PATH_KEYS,
     Diagnostic,
@@ -229,8 +230,16 @@ class NotTextError(NotSendableError):
     resolver refuses it on its option, as in process.)"""
 
 
+def sent_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of a job's environment a request carries: those the resolver reads
+    (ENV_VARS), in that order. No other variable changes an answer; a job's whole environment
+    (`dict(os.environ)`) then costs no bytes on the wire, and two jobs that differ only in
+    other variables send the same request, which a server's answer cache recognises."""
+    return {name: env[name] for name in ENV_VARS if name in env}
+
+
 def check_text(request: ResolveRequest) -> None:
-    """NotTextError naming the first field that is not Unicode text."""
+    """NotTextError naming the first field sent that is not Unicode text."""
     for name, value in (
         ("product", request.product),
         ("profile", request.profile),
@@ -238,7 +247,7 @@ def check_text(request: ResolveRequest) -> None:
     ):
         if not is_text(value):
             raise NotTextError(f"{name} {printable(value)!r} holds a lone UTF-16 surrogate")
-    for kind, entries in (("env", request.env), ("attachments", request.attachments)):
+    for kind, entries in (("env", sent_env(request.env)), ("attachments", request.attachments)):
         for key, value in entries.items():
             if not (is_text(key) and is_text(value)):
                 raise NotTextError(f"{kind}.{printable(key)} holds a lone UTF-16 surrogate")
@@ -246,12 +255,13 @@ def check_text(request: ResolveRequest) -> None:
 
 def request_to_proto(request: ResolveRequest, *, as_struct: bool = False) -> pb.ResolveRequest:
     """The wire request. The config goes as JSON text (`config_json`), which keeps 600 and 600.0
-    apart as the in-process resolver does; `as_struct` sends it as the Struct `config`.
-    NotTextError when a field outside the config is not Unicode text."""
+    apart as the in-process resolver does; `as_struct` sends it as the Struct `config`. Of the
+    env, only the variables the resolver reads (`sent_env`). NotTextError when a field sent
+    outside the config is not Unicode text."""
     check_text(request)
     message = pb.ResolveRequest(
         product=request.product,
-        env=dict(request.env),
+        env=sent_env(request.env),
         workdir=request.workdir,
         profile=request.profile,
         strict=request.strict,

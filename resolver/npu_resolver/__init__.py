@@ -21,6 +21,7 @@ from ._model import (
     Severity,
     Source,
 )
+from ._options import NAMED_ENV_VARS as ENV_VARS
 from ._paths import PATH_KEYS
 from ._pipeline import config_refused, resolve, unresolved
 from ._products import PRODUCTS, Family, Product, product_id
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CATALOG",
     "CATALOG_VERSION",
+    "ENV_VARS",
     "MAX_CONFIG_DEPTH",
     "MAX_CONFIG_ITEMS",
     "MAX_DIFF_PRODUCTS",
