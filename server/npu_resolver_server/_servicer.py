@@ -178,7 +178,7 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     status = status_pb2.Status.FromString(details)
     bad_request = error_details_pb2.BadRequest()
     if not status.details or not status.details[0].Unpack(bad_request):
-        return _cut(message, SHORT_TEXT_CHARS), b""
+        return _cut(message), b""
     violations = list(bad_request.field_violations)
     kept = len(violations)
     del status.details[1:]  # the packed response
