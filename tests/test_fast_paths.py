@@ -62,8 +62,11 @@ def as_is_before(view: OptionView, raw: Any) -> bool:
         return False
     if view.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
         return False
-    check = view.option.validator
-    return check is None or (type(raw) is str and check(raw) is None)
+    check, canonical = view.option.validator, view.option.canonical
+    if check is None:
+        return True
+    # Well formed, and spelt as its grammar writes it (another spelling is read with a note).
+    return type(raw) is str and check(raw) is None and (canonical is None or canonical(raw) == raw)
 
 
 def candidates(view: OptionView) -> list[Any]:
@@ -73,6 +76,8 @@ def candidates(view: OptionView) -> list[Any]:
     values += [{}, {"a": 1}, {"a": 2**60}, {"a": float("nan")}, [], [1, "\ud800"], (1,), b"x"]
     values += [MAX_EXACT_INT, MAX_EXACT_INT + 1, -MAX_EXACT_INT, -MAX_EXACT_INT - 1]
     values += [OrderedDict(a=1), float("inf")]
+    values += ["2|4", " 2|4", "2 | 04", "0,1", "0, 01", "Pooling,LRN", "Pooling, LRN", "a ,b"]
+    values += ["DNN_VM_AICPU:10", "DNN_VM_AICPU: 10", "DNN_VM_AICPU:010", "a ", "0\r"]
     values += list(option.choices) + list(option.aliases) + [d.value for d in option.defaults]
     for rng in option.ranges:
         for bound in (rng.minimum, rng.maximum):
