@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -560,3 +562,64 @@ def test_a_batch_reply_with_another_count_of_results_is_an_error_not_a_short_lis
     assert (
         len(client_module._batch_results(pb.ResolveBatchResponse(results=[item]), [request])) == 1
     )
+
+
+SENT_BY_A_JOB = """
+import asyncio, sys
+from npu_resolver import ResolveRequest
+from npu_resolver_client import AsyncResolverClient, ResolverClient
+
+env = {"HOME": "/home/u", "ASCEND_WORK_PATH": "/w", "HCCL_EXEC_TIMEOUT": "900", "JOB": sys.argv[2]}
+files = {"modify_mixlist": "{}", "fusion_switch_file": "{}", "customize_dtypes": ""}
+request = ResolveRequest("atlas-a2", {"hccl_timeout": 600}, env, "/job", attachments=files)
+with ResolverClient(sys.argv[1]) as client:
+    client.resolve_request(request)
+
+async def main():
+    async with AsyncResolverClient(sys.argv[1]) as client:
+        await client.resolve_request(request)
+
+asyncio.run(main())
+"""
+
+
+def test_jobs_asking_the_same_send_the_same_bytes_whatever_their_process() -> None:
+    """A server keys its answer cache by a request's bytes; protobuf writes a map's entries in
+    an order that changes from process to process, so the client writes them in key order.
+    Jobs differing only in a variable the resolver does not read send the same bytes too."""
+    received: list[bytes] = []
+    reply = resolution_to_proto(resolve(ResolveRequest("atlas-a2"))).SerializeToString()
+
+    def record(raw: bytes, context: grpc.ServicerContext) -> bytes:
+        received.append(raw)
+        return reply
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.unary_unary_rpc_method_handler(record)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, {"Resolve": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        for job in ("1", "2", "3"):
+            subprocess.run(
+                [sys.executable, "-c", SENT_BY_A_JOB, f"127.0.0.1:{port}", job],
+                check=True,
+                timeout=60,
+                cwd=Path(__file__).resolve().parents[1],
+            )
+    finally:
+        server.stop(None)
+    assert len(received) == 6
+    assert len(set(received)) == 1, [r.hex() for r in received]
+    wire = pb.ResolveRequest.FromString(received[0])
+    assert set(wire.env) == {"HOME", "ASCEND_WORK_PATH", "HCCL_EXEC_TIMEOUT"}
+
+
+def test_the_client_writes_every_method_s_requests_in_key_order() -> None:
+    """Every method of the service is written deterministically, each read as its reply."""
+    methods = pb.DESCRIPTOR.services_by_name["Resolver"].methods
+    assert {m.name: m.output_type.name for m in methods} == {
+        name: reply.DESCRIPTOR.name for name, reply in client_module.REPLIES.items()
+    }

@@ -82,6 +82,37 @@ RETRY_POLICY: Final[dict[str, JSON]] = {
     # cancelled while draining (still queued when SIGTERM came) is safe to send again.
     "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
 }
+REPLIES: Final[dict[str, type[message.Message]]] = {
+    "Resolve": pb.ResolveResponse,
+    "ResolveBatch": pb.ResolveBatchResponse,
+    "Diff": pb.DiffResponse,
+    "ListProducts": pb.ListProductsResponse,
+    "DescribeCatalog": pb.DescribeCatalogResponse,
+    "GetPolicy": pb.GetPolicyResponse,
+    "ReloadPolicy": pb.ReloadPolicyResponse,
+}
+
+
+def _deterministic(request: message.Message) -> bytes:
+    return request.SerializeToString(deterministic=True)
+
+
+def _stub(channel: grpc.Channel | grpc.aio.Channel) -> pb_grpc.ResolverStub:
+    """The generated stub, its requests written deterministically (map entries in key order).
+    protobuf writes a map in an order that changes from process to process, and a server keys
+    its answer cache by a request's bytes: two jobs asking the same would miss it."""
+    stub = pb_grpc.ResolverStub(channel)
+    for name, reply in REPLIES.items():
+        call = channel.unary_unary(
+            f"/{SERVICE}/{name}",
+            request_serializer=_deterministic,
+            response_deserializer=reply.FromString,
+            _registered_method=True,
+        )
+        setattr(stub, name, call)
+    return stub
+
+
 SERVICE_CONFIG: Final[dict[str, JSON]] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [
@@ -474,7 +505,7 @@ class ResolverClient:
             wait_for_ready=wait_for_ready,
         )
         self._channel: grpc.Channel = self._settings.open(grpc)
-        self._stub = pb_grpc.ResolverStub(self._channel)
+        self._stub = _stub(self._channel)
         self._closed = False
         self.last_server_pid = ""
         """Pid of the server worker that answered the last call (debugging aid)."""
@@ -677,7 +708,7 @@ class AsyncResolverClient:
                 )
             # A channel left by a closed loop is closed by grpc when it is collected.
             self._channel = self._settings.open(grpc.aio)
-            self._stub = pb_grpc.ResolverStub(self._channel)
+            self._stub = _stub(self._channel)
             self._loop = loop
         return self._channel, self._stub
 
