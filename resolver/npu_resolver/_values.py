@@ -325,7 +325,15 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
                     else f"write {str(raw)!r}",
                 )
             return str(raw), True
-        if kind is OptType.STR and isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**63:
+        if kind is OptType.STR and isinstance(raw, float) and raw.is_integer():
+            if abs(raw) > MAX_EXACT_INT:  # as an int option reads it: past ±2^53 a double
+                # stands for many integers, and which the caller wrote is not known
+                return _invalid(
+                    option,
+                    raw,
+                    "a number JSON can carry exactly (within ±2^53)",
+                    fix="write it in quotes, as a string",
+                )
             return str(int(raw)), True
         return _invalid(option, raw, "a string")
     if kind is OptType.OBJECT:
