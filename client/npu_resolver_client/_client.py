@@ -97,7 +97,7 @@ def _deterministic(request: message.Message) -> bytes:
     return request.SerializeToString(deterministic=True)
 
 
-def _stub(channel: grpc.Channel | grpc.aio.Channel) -> pb_grpc.ResolverStub:
+def resolver_stub(channel: grpc.Channel | grpc.aio.Channel) -> pb_grpc.ResolverStub:
     """The generated stub, its requests written deterministically (map entries in key order).
     protobuf writes a map in an order that changes from process to process, and a server keys
     its answer cache by a request's bytes: two jobs asking the same would miss it."""
@@ -505,7 +505,7 @@ class ResolverClient:
             wait_for_ready=wait_for_ready,
         )
         self._channel: grpc.Channel = self._settings.open(grpc)
-        self._stub = _stub(self._channel)
+        self._stub = resolver_stub(self._channel)
         self._closed = False
         self.last_server_pid = ""
         """Pid of the server worker that answered the last call (debugging aid)."""
@@ -708,7 +708,7 @@ class AsyncResolverClient:
                 )
             # A channel left by a closed loop is closed by grpc when it is collected.
             self._channel = self._settings.open(grpc.aio)
-            self._stub = _stub(self._channel)
+            self._stub = resolver_stub(self._channel)
             self._loop = loop
         return self._channel, self._stub
 

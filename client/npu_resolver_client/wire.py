@@ -4,13 +4,14 @@
 records and back, exactly as the client and the server do, so that an answer read here equals
 `npu_resolver.resolve()` in process:
 
-    from npu_resolver_client.wire import pb, pb_grpc, request_to_proto, resolution_from_proto
+    from npu_resolver_client.wire import request_to_proto, resolution_from_proto, resolver_stub
 
-    stub = pb_grpc.ResolverStub(channel)
+    stub = resolver_stub(channel)   # pb_grpc.ResolverStub, its requests written deterministically
     message = request_to_proto(npu_resolver.ResolveRequest(product="atlas-a2", validate_only=True))
     resolution = resolution_from_proto(stub.Resolve(message))
 """
 
+from ._client import resolver_stub
 from ._convert import (
     SEVERITY_TO_PB,
     SOURCE_TO_PB,
@@ -53,6 +54,7 @@ __all__ = [
     "request_to_proto",
     "resolution_from_proto",
     "resolution_to_proto",
+    "resolver_stub",
     "violation_field",
     "wire_config",
 ]
