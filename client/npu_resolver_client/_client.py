@@ -83,14 +83,10 @@ RETRY_POLICY: Final[dict[str, JSON]] = {
     "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
 }
 REPLIES: Final[dict[str, type[message.Message]]] = {
-    "Resolve": pb.ResolveResponse,
-    "ResolveBatch": pb.ResolveBatchResponse,
-    "Diff": pb.DiffResponse,
-    "ListProducts": pb.ListProductsResponse,
-    "DescribeCatalog": pb.DescribeCatalogResponse,
-    "GetPolicy": pb.GetPolicyResponse,
-    "ReloadPolicy": pb.ReloadPolicyResponse,
+    method.name: getattr(pb, method.output_type.name)
+    for method in pb.DESCRIPTOR.services_by_name["Resolver"].methods
 }
+"""Each method of the service and the message it answers with."""
 
 
 def _deterministic(request: message.Message) -> bytes:

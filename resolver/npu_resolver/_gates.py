@@ -107,10 +107,6 @@ def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool
     why = why_refused(state, gate)
     if slot.source is Source.ENV:
         state.slots.pop(name, None)
-        # The variable gave no value after all: its FROM_ENV note would say it did.
-        state.diagnostics[:] = [
-            d for d in state.diagnostics if d.code is not Code.FROM_ENV or d.option != name
-        ]
         state.emit(
             Code.UNSUPPORTED_VALUE,
             f"env.{slot.env_var}",

@@ -215,7 +215,7 @@ def _env_slot(view: OptionView, value: JSON) -> tuple[Slot, Diagnostic | None]:
     fields = (value, Source.ENV, rules, _UNSET, option.env, "", False, provenance)
     slot = tuple.__new__(Slot, (*fields, fragment(name, value) if kept else None))
     note = None
-    if view.acts:
+    if view.acts and view.blocked(value) is None:  # a refused value gives the option nothing
         note = diagnostic(
             CODE_SEVERITY[Code.FROM_ENV],
             Code.FROM_ENV,

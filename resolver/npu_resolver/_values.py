@@ -312,27 +312,18 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
             return raw, False
         if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
             return str(raw).lower(), True
-        if kind is OptType.STR and isinstance(raw, int) and not isinstance(raw, bool):
+        whole = isinstance(raw, int) and not isinstance(raw, bool)
+        if kind is OptType.STR and (whole or (isinstance(raw, float) and raw.is_integer())):
             if not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
                 # As text it would be taken, but the answer repeats what was asked, and no
-                # JSON or Struct number carries this one exactly: refused as on an int option.
+                # JSON or Struct number carries this one exactly (past ±2^53 a double stands
+                # for many integers): refused as on an int option.
+                quoted = whole and raw.bit_length() <= _MAX_QUOTED_BITS
                 return _invalid(
                     option,
                     raw,
                     "a number JSON can carry exactly (within ±2^53)",
-                    fix="write it in quotes, as a string"
-                    if raw.bit_length() > _MAX_QUOTED_BITS
-                    else f"write {str(raw)!r}",
-                )
-            return str(raw), True
-        if kind is OptType.STR and isinstance(raw, float) and raw.is_integer():
-            if abs(raw) > MAX_EXACT_INT:  # as an int option reads it: past ±2^53 a double
-                # stands for many integers, and which the caller wrote is not known
-                return _invalid(
-                    option,
-                    raw,
-                    "a number JSON can carry exactly (within ±2^53)",
-                    fix="write it in quotes, as a string",
+                    fix=f"write {str(raw)!r}" if quoted else "write it in quotes, as a string",
                 )
             return str(int(raw)), True
         return _invalid(option, raw, "a string")
@@ -356,6 +347,15 @@ def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
         if word.lower() == text.lower():
             return word
     return closest(text, words, cutoff=0.5)
+
+
+def _read_as(option: Option, rule: str, raw: JSON, value: JSON) -> Problem:
+    """The NORMALIZED note on a value given in another form than the one it is read as."""
+    return Problem(
+        Code.NORMALIZED,
+        rule,
+        f"{option.name} {show(raw)} was read as {show(value)}; write {show(value)}.",
+    )
 
 
 def parse(
@@ -382,11 +382,7 @@ def parse_in_full(
         return _invalid(option, value, "an integer within ±2^53 (JSON cannot carry it exactly)")
     note: Problem | None = None
     if converted and not from_text:
-        note = Problem(
-            Code.NORMALIZED,
-            option.rule,
-            f"{option.name} {show(raw)} was read as {show(value)}; write {show(value)}.",
-        )
+        note = _read_as(option, option.rule, raw, value)
     if option.aliases and value in option.aliases:
         canonical = option.aliases[value]
         note = Problem(
@@ -423,9 +419,5 @@ def parse_in_full(
         canonical = option.canonical(value) if option.canonical is not None else value
         if canonical != value:
             value = canonical
-            note = Problem(
-                Code.NORMALIZED,
-                option.validator_rule,
-                f"{option.name} {show(raw)} was read as {show(value)}; write {show(value)}.",
-            )
+            note = _read_as(option, option.validator_rule, raw, value)
     return Parsed(value, note)
