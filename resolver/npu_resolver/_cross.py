@@ -426,6 +426,25 @@ def execute_mode_needs_dynamic_input(state: State) -> None:
         )
 
 
+def aoe_options_need_aoe_mode(state: State) -> None:
+    """R-AOE-5, R-AOE-6: work_path is AOE's working folder ("AOE工具调优工作目录") and
+    aoe_config_file picks the operators "通过AOE工具进行调优时": with no tuning mode in force
+    (neither aoe_mode nor AOE_MODE), AOE does not run and neither has an effect."""
+    tuning = "aoe_mode" in state.slots
+    for name, rule in (("work_path", "R-AOE-5"), ("aoe_config_file", "R-AOE-6")):
+        if name not in state.slots:
+            continue
+        _needs(
+            state,
+            name,
+            rule,
+            f"{name} has no effect without a tuning mode: AOE runs only when aoe_mode (or the "
+            "job's AOE_MODE) names one; set aoe_mode or remove it.",
+            tuning,
+            reads=("aoe_mode",),
+        )
+
+
 def rank_and_device_list_together(state: State) -> None:
     """R-LRI-1: local_rank_id and local_device_list go together."""
     for name, other in (
@@ -755,6 +774,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-DEP-5", Stage.CROSS, optypelist_needs_implmode),
     CrossRule("R-DEP-7", Stage.CROSS, execute_mode_needs_dynamic_input),
     CrossRule("R-LRI-1", Stage.CROSS, rank_and_device_list_together),
+    CrossRule("R-AOE-5", Stage.CROSS, aoe_options_need_aoe_mode),
     CrossRule("R-MML-1", Stage.CROSS, mixlist_needs_mixed_precision),
     CrossRule("R-CDT-1", Stage.CROSS, customize_dtypes_needs_reduced_precision),
     CrossRule("R-IFS-2", Stage.CROSS, fusion_size_static_only),

@@ -105,8 +105,9 @@ def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool
         del state.slots[name]
         return
     why = why_refused(state, gate)
-    if slot.source is Source.ENV:
+    if slot.source is Source.ENV:  # refused as an invalid variable is: no rule judges from it
         state.slots.pop(name, None)
+        state.refused.add(name)
         state.emit(
             Code.UNSUPPORTED_VALUE,
             f"env.{slot.env_var}",
