@@ -32,6 +32,12 @@ FOLDER_OPTIONS: Final = {
 environment and workdir): the folder in effect, set or not, is the answer's paths entry."""
 
 
+def _here(path: str, workdir: str) -> str:
+    """A folder as the job sees it: a relative one is relative to its working directory
+    (R-AOE-5 says so of work_path; the job's process resolves every path the same way)."""
+    return path if path.startswith("/") else _join(workdir, path)
+
+
 def _join(*parts: str) -> str:
     """posixpath.join: a later absolute part starts over; cheap for the common two parts."""
     if len(parts) == 2 and not parts[1].startswith("/"):
@@ -85,8 +91,10 @@ def _short(key: tuple[object, ...]) -> bool:
 
 def _compute(state: State) -> dict[str, str]:
     workdir = state.workdir or WORKDIR
-    work_path = state.env_path("ASCEND_WORK_PATH")
-    collect = state.env_path("NPU_COLLECT_PATH")
+    work_path, collect = (
+        _here(path, workdir) if path else ""
+        for path in map(state.env_path, ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH"))
+    )
     paths: dict[str, str] = {}
 
     dump = state.value("enable_exception_dump")
@@ -100,7 +108,9 @@ def _compute(state: State) -> dict[str, str]:
         )
 
     debug_dir = state.value("debug_dir")  # R-DBG-1
-    paths["debug_dir"] = debug_dir if isinstance(debug_dir, str) else (work_path or workdir)
+    paths["debug_dir"] = (
+        _here(debug_dir, workdir) if isinstance(debug_dir, str) else (work_path or workdir)
+    )
 
     if state.value("export_compile_stat") in (1, 2):  # R-ECS-1
         paths["fusion_result_file"] = (
@@ -114,9 +124,9 @@ def _compute(state: State) -> dict[str, str]:
         cache_path = state.env_path("ASCEND_CACHE_PATH")
         home = state.env_path("HOME") or "<home>"
         paths["op_cache_dir"] = (
-            _join(cache_dir, "kernel_cache")
+            _join(_here(cache_dir, workdir), "kernel_cache")
             if isinstance(cache_dir, str)
-            else _join(cache_path, "kernel_cache")
+            else _join(_here(cache_path, workdir), "kernel_cache")
             if cache_path
             else _join(home, "atc_data")
         )
@@ -126,5 +136,5 @@ def _compute(state: State) -> dict[str, str]:
 
     if "aoe_mode" in state.slots:  # R-AOE-5: AOE acts only when a tuning mode is in force
         work = state.value("work_path")
-        paths["aoe_work_path"] = _join(workdir, work) if isinstance(work, str) else workdir
+        paths["aoe_work_path"] = _here(work, workdir) if isinstance(work, str) else workdir
     return paths
