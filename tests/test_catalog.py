@@ -96,6 +96,14 @@ def test_every_product_has_a_family_and_its_id_is_its_own_alias() -> None:
         assert product.family.value in {"new", "legacy"}
 
 
+def test_every_name_npu_resolve_products_prints_is_taken_back_as_its_product() -> None:
+    """A caller copies a name from `products` (the source's own, such as 'Atlas A2 训练系列产品 /
+    Atlas A2 推理系列产品') into --product: it must name that product."""
+    for product in PRODUCTS:
+        for name in (product.name, product.source_name, *product.aliases):
+            assert product_id(name) == product.id, name
+
+
 def test_description_keeps_a_value_refused_in_one_mode_only_as_a_mode_restriction() -> None:
     """R-PM-3: force_fp16 is valid in online inference, so it stays an allowed value."""
     from npu_resolver import describe_catalog

@@ -38,7 +38,7 @@ from ._model import (
 )
 from ._paths import effective_paths
 from ._precedence import apply_precedence, effective_mode
-from ._products import PRODUCT_IDS, PRODUCTS, alias_key, product_id
+from ._products import PRODUCT_IDS, PRODUCTS, alias_key, names, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyLayer, PolicyLike, Slot, State
 from ._values import Problem, config_refusal, config_shape, key_text, parse, show
@@ -49,7 +49,7 @@ _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULT
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
-_ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in (p.id, *p.aliases)}
+_ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in names(p)}
 
 
 def unresolved(

@@ -113,10 +113,16 @@ def alias_key(text: str) -> str:
     return "".join(ch for ch in text.casefold() if ch not in " -_\t")
 
 
+def names(product: Product) -> tuple[str, ...]:
+    """Every spelling that names the product: its id, display and source names, aliases (the
+    source names are what `products` prints, so they must be taken back)."""
+    return (product.id, product.name, product.source_name, *product.aliases)
+
+
 def _build_alias_table() -> dict[str, str]:
     table: dict[str, str] = {}
     for product in PRODUCTS:
-        for name in (product.id, *product.aliases):
+        for name in names(product):
             key = alias_key(name)
             if table.setdefault(key, product.id) != product.id:
                 raise ValueError(f"product alias {name!r} names two products")
