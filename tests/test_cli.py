@@ -119,6 +119,8 @@ def test_unknown_product_exits_1_with_suggestion() -> None:
     [
         ("resolve",),
         ("resolve", "--product", "atlas-a2", "--set", "novalue"),
+        ("resolve", "--product", "atlas-a2", "--set", " =5"),  # a blank name is no name
+        ("resolve", "--product", "atlas-a2", "--env", "\t=x"),
         ("resolve", "--product", "atlas-a2", "--config", "/nonexistent/config.json"),
         ("resolve", "--product", "atlas-a2", "--format", "yaml"),
         ("explain", "hccl_timout"),

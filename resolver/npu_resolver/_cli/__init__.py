@@ -119,9 +119,9 @@ def _pairs(
     pairs: dict[str, str] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
+        name = name.strip()
         if not sep or not name:
             raise UsageError(f"{flag} expects {form}, got {item!r}")
-        name = name.strip()
         if name in pairs:
             raise UsageError(
                 f"{flag} {name} is given twice ({pairs[name]!r} and {value!r}); give it once"
