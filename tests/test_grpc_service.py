@@ -1131,3 +1131,31 @@ def test_an_encrypted_private_key_is_refused_where_it_is_given(
         )
     with pytest.raises(ValueError, match=f"--tls-key {encrypted} holds an ENCRYPTED PRIVATE"):
         ServerSettings(port=0, tls_cert=certs["cert"], tls_key=encrypted)
+
+
+@pytest.mark.parametrize(
+    ("field", "arguments"),
+    [
+        ("config", {"config": [("hccl_timeout", 600)]}),
+        ("config", {"config": "hccl_timeout=600"}),
+        ("env", {"env": "HOME=/home/u"}),
+        ("attachments", {"attachments": [("modify_mixlist", "{}")]}),
+    ],
+)
+def test_clients_refuse_a_field_that_is_not_a_mapping_as_resolve_request_does(
+    client: ResolverClient, grpc_target: str, field: str, arguments: dict[str, Any]  # noqa: F811
+) -> None:
+    """The same TypeError naming the field as in process, from the blocking and the asyncio
+    client alike: not a list of pairs taken as a config, nor dict()'s own ValueError."""
+    said = rf"ResolveRequest.{field} must be a mapping, not (list|str)"
+    with pytest.raises(TypeError, match=said):
+        ResolveRequest(product="atlas-a2", **arguments)
+    with pytest.raises(TypeError, match=said):
+        client.resolve("atlas-a2", **arguments)
+
+    async def from_async() -> None:
+        async with AsyncResolverClient(grpc_target) as async_client:
+            await async_client.resolve("atlas-a2", **arguments)
+
+    with pytest.raises(TypeError, match=said):
+        asyncio.run(from_async())

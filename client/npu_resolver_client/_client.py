@@ -213,15 +213,17 @@ def _build_request(
     validate_only: bool,
     attachments: Mapping[str, str] | None,
 ) -> ResolveRequest:
+    # Passed as given: ResolveRequest copies them, and refuses a field that is not a mapping
+    # with a TypeError naming it, as it does in process (a list of pairs is no config).
     return ResolveRequest(
         product=product,
-        config=dict(config or {}),
-        env=dict(env or {}),
+        config={} if config is None else config,
+        env={} if env is None else env,
         workdir=workdir,
         profile=profile,
         strict=strict,
         validate_only=validate_only,
-        attachments=dict(attachments or {}),
+        attachments={} if attachments is None else attachments,
     )
 
 
