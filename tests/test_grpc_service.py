@@ -1143,7 +1143,10 @@ def test_an_encrypted_private_key_is_refused_where_it_is_given(
     ],
 )
 def test_clients_refuse_a_field_that_is_not_a_mapping_as_resolve_request_does(
-    client: ResolverClient, grpc_target: str, field: str, arguments: dict[str, Any]  # noqa: F811
+    client: ResolverClient,
+    grpc_target: str,
+    field: str,
+    arguments: dict[str, Any],  # noqa: F811
 ) -> None:
     """The same TypeError naming the field as in process, from the blocking and the asyncio
     client alike: not a list of pairs taken as a config, nor dict()'s own ValueError."""
