@@ -757,6 +757,30 @@ def test_mutual_tls(certs: dict[str, Path]) -> None:
             client.resolve("atlas-a2")
 
 
+def test_a_client_key_that_is_not_the_certificates_is_refused_before_any_call(
+    certs: dict[str, Path],
+) -> None:
+    """gRPC would find it out at the first call, and say so as a server it cannot reach (exit 3,
+    ResolverUnavailable after the retries): it is the caller's own input, named where given."""
+    from tests.test_cli import run
+
+    pair = {"certificate_chain": certs["client_cert"], "private_key": certs["key"]}
+    said = "private_key does not belong to the certificate_chain's first certificate"
+    for kind in (ResolverClient, AsyncResolverClient):
+        with pytest.raises(ValueError, match=said):
+            kind("127.0.0.1:9", root_certificates=certs["ca"], **pair)
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--server", "127.0.0.1:9",
+        "--tls-ca", str(certs["ca"]),
+        "--tls-cert", str(certs["client_cert"]), "--tls-key", str(certs["key"]),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        f"--tls-key {certs['key']} does not belong to --tls-cert {certs['client_cert']}'s first "
+        "certificate (their public keys differ)"
+    ) in proc.stderr
+
+
 def test_cli_without_a_client_certificate_says_mutual_tls_may_be_why(
     certs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1144,9 +1168,9 @@ def test_an_encrypted_private_key_is_refused_where_it_is_given(
 )
 def test_clients_refuse_a_field_that_is_not_a_mapping_as_resolve_request_does(
     client: ResolverClient,
-    grpc_target: str,
+    grpc_target: str,  # noqa: F811
     field: str,
-    arguments: dict[str, Any],  # noqa: F811
+    arguments: dict[str, Any],
 ) -> None:
     """The same TypeError naming the field as in process, from the blocking and the asyncio
     client alike: not a list of pairs taken as a config, nor dict()'s own ValueError."""

@@ -58,7 +58,7 @@ from ._errors import (
 )
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
-from .credentials import checked_pem, checked_token
+from .credentials import checked_pair, checked_pem, checked_token
 
 JSON = Any
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
@@ -443,6 +443,7 @@ class _Settings:
         self.root_certificates = checked_pem("root_certificates", roots, "CERTIFICATE")
         self.certificate_chain = checked_pem("certificate_chain", chain, "CERTIFICATE")
         self.private_key = checked_pem("private_key", _read(private_key), "PRIVATE KEY")
+        checked_pair(self.certificate_chain, self.private_key)
         self.metadata = _bearer(token)
         self.options = channel_options(max_message_bytes, options)
         self.wait_for_ready = wait_for_ready

@@ -6,10 +6,14 @@ flag and a constructor argument are refused alike.
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Final, Literal
 
-__all__ = ["PemKind", "checked_pem", "checked_token", "pem_problem"]
+__all__ = ["PemKind", "checked_pair", "checked_pem", "checked_token", "pair_problem", "pem_problem"]
 
 
 def checked_token(token: str) -> str:
@@ -88,3 +92,56 @@ def checked_pem(what: str, data: bytes | None, kind: PemKind | None = None) -> b
         if problem:
             raise ValueError(f"{what} {problem}")
     return data
+
+
+def pair_problem(certificate_chain: bytes, private_key: bytes) -> str:
+    """Why the key does not belong to the chain's first certificate, or "" when it does or
+    cannot be told here. gRPC finds such a pair out only when it opens the connection, and says
+    so as a server it cannot reach; the check is OpenSSL's own, on copies held in memory (no
+    file is written). Anything else OpenSSL refuses is left for gRPC's TLS to judge."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        with ExitStack() as files:
+            chain = files.enter_context(_in_memory(certificate_chain))
+            key = files.enter_context(_in_memory(private_key))
+            context.load_cert_chain(chain, key, password=_no_passphrase)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            return (
+                "does not belong to the certificate_chain's first certificate (their public "
+                "keys differ): give the key the certificate was issued for"
+            )
+    except (OSError, ValueError, _PassphraseAskedError):
+        pass
+    return ""
+
+
+def checked_pair(certificate_chain: bytes | None, private_key: bytes | None) -> None:
+    """A ValueError naming private_key when it does not go with the certificate chain."""
+    if certificate_chain is not None and private_key is not None:
+        problem = pair_problem(certificate_chain, private_key)
+        if problem:
+            raise ValueError(f"private_key {problem}")
+
+
+class _PassphraseAskedError(Exception):
+    """An encrypted key: OpenSSL must never prompt on the terminal for its passphrase."""
+
+
+def _no_passphrase() -> bytes:
+    raise _PassphraseAskedError
+
+
+@contextmanager
+def _in_memory(data: bytes) -> Iterator[str]:
+    """A path naming `data` in an anonymous memory file (Linux); OSError where there is none."""
+    if not hasattr(os, "memfd_create"):
+        raise OSError("no memory files here")
+    fd = os.memfd_create("pem", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)

@@ -352,7 +352,7 @@ _CREDENTIALS: Final = {
 
 def _credentials(args: argparse.Namespace) -> dict[str, Any]:
     """The client's TLS and token arguments, read from the files the flags name."""
-    from npu_resolver_client.credentials import checked_pem, checked_token
+    from npu_resolver_client.credentials import checked_pem, checked_token, pair_problem
 
     found: dict[str, Any] = {}
     for flag, param in {**_CREDENTIALS, "token_file": "token"}.items():
@@ -380,6 +380,11 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(str(exc) if param != "token" else f"{named}: {exc}") from None
     if ("certificate_chain" in found) != ("private_key" in found):
         raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
+    if "private_key" in found:
+        problem = pair_problem(found["certificate_chain"], found["private_key"])
+        if problem:
+            problem = problem.replace("the certificate_chain's", f"--tls-cert {args.tls_cert}'s")
+            raise UsageError(f"--tls-key {args.tls_key} {problem}")
     return found
 
 
