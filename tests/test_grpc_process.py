@@ -6,6 +6,7 @@ Draining on SIGTERM, several workers on one port, metrics aggregated over worker
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -330,7 +331,8 @@ def test_reload_policy_replies_within_its_deadline_while_a_worker_cannot_read_th
 
 def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> None:
     """Like a taken gRPC port: a start_failed line and exit 2, no traceback, with one worker
-    or several."""
+    or several; the line is an ERROR, written under --log-level ERROR (an alert on errors sees
+    why the server never started), and nothing below that level is."""
     import socket
 
     with socket.socket() as taken:
@@ -338,13 +340,18 @@ def test_a_taken_metrics_port_stops_the_start_with_exit_2(tmp_path: Path) -> Non
         taken.listen()
         port = taken.getsockname()[1]
         for workers in ("1", "2"):
-            server = ProcessServer(["--workers", workers, "--metrics-port", str(port)])
+            server = ProcessServer(
+                ["--workers", workers, "--metrics-port", str(port), "--log-level", "ERROR"]
+            )
             with pytest.raises(AssertionError):
                 server.start()
             assert server.wait() == 2
             failed = server.events("start_failed")
             assert failed and f"metrics port {port}" in failed[0]["error"], server.raw
+            assert failed[0]["level"] == "ERROR", server.raw
             assert not any("Traceback" in line for line in server.raw)
+            levels = {json.loads(line)["level"] for line in server.raw if line.startswith("{")}
+            assert levels == {"ERROR"}, server.raw
 
 
 def test_workers_do_not_join_another_server_already_on_the_port() -> None:

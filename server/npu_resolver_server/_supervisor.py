@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Final
 
 from ._reload_marks import forget, hold_sighup
-from .settings import ServerSettings
+from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
 MAX_RESTARTS_IN_WINDOW: Final = 5
@@ -39,10 +39,20 @@ RESTART_BACKOFF_S: Final = 0.5
 FAILED_RESTART_BACKOFF_S: Final = 5.0
 
 
-def _say(event: str, **fields: object) -> None:
-    line = {
+_LEVELS: Final = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
+_SHOWN: Final = {"from": _LEVELS["INFO"]}
+"""The supervisor writes its own lines (it holds no logging setup to fork into workers): the
+least level it writes, from --log-level."""
+
+
+def _say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
+    """One JSON line as the workers' logs write them, at the level the event deserves (a start
+    that failed and workers that keep dying are errors an alert must see)."""
+    if _LEVELS[level] < _SHOWN["from"]:
+        return
+    line: dict[str, object] = {
         "ts": round(time.time(), 3),
-        "level": "INFO",
+        "level": level,
         "logger": "npu_resolver_server.supervisor",
     }
     line.update({"msg": event, "event": event, "pid": os.getpid(), **fields})
@@ -152,7 +162,13 @@ class Supervisor:
             mark_dead(pid)
             if self.marks is not None:
                 forget(self.marks, pid)
-            _say("worker_exited", worker=worker, worker_pid=pid, code=code)
+            _say(
+                "worker_exited",
+                "INFO" if code == 0 else "WARNING",
+                worker=worker,
+                worker_pid=pid,
+                code=code,
+            )
             if self.stopping:
                 if code != 0 and self.exit_code != START_FAILED:  # the first cause is said
                     self.exit_code = 1
@@ -162,19 +178,20 @@ class Supervisor:
                 if worker in self._restarting:
                     _say(
                         "worker_restart_failed",
+                        "ERROR",
                         worker=worker,
                         retry_in_s=FAILED_RESTART_BACKOFF_S,
                         running_workers=len(self.children),
                     )
                     self._pending.append((now + FAILED_RESTART_BACKOFF_S, worker))
                     continue
-                _say("worker_could_not_start", worker=worker)
+                _say("worker_could_not_start", "ERROR", worker=worker)
                 self.exit_code = START_FAILED
                 self._stop_all()
                 continue
             self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
             if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
-                _say("workers_keep_dying", restarts=len(self._restarts))
+                _say("workers_keep_dying", "ERROR", restarts=len(self._restarts))
                 self.exit_code = 1
                 self._stop_all()
                 continue
@@ -196,7 +213,7 @@ class Supervisor:
         for what, port in shared:
             error = _taken_for_a_while(self.settings.host, port) if port else None
             if error is not None:  # another server listens there: never share it silently
-                _say("start_failed", error=f"{what} {port}: {error.strerror or error}")
+                _say("start_failed", "ERROR", error=f"{what} {port}: {error.strerror or error}")
                 return START_FAILED
         if self.settings.metrics_port:  # before any worker: a taken port stops the start
             from ._metrics import serve_multiprocess
@@ -204,7 +221,8 @@ class Supervisor:
             try:
                 serve_multiprocess(self.settings.metrics_port, self.settings.host)
             except OSError as exc:
-                _say("start_failed", error=f"metrics port {self.settings.metrics_port}: {exc}")
+                port = self.settings.metrics_port
+                _say("start_failed", "ERROR", error=f"metrics port {port}: {exc}")
                 return START_FAILED
         # An ignored SIGCHLD survives exec: under a launcher that ignores it the kernel would
         # reap dead workers unseen, none would be restarted, and the exit status would hide it.
@@ -222,12 +240,13 @@ class Supervisor:
                     self._restarting.add(worker)
                     self._spawn(worker)
             time.sleep(0.05)
-        _say("supervisor_stopped", code=self.exit_code)
+        _say("supervisor_stopped", "INFO" if self.exit_code == 0 else "ERROR", code=self.exit_code)
         return self.exit_code
 
 
 def run_workers(settings: ServerSettings) -> int:
     """Serve with settings.workers processes; returns the exit status."""
+    _SHOWN["from"] = _LEVELS[settings.log_level]
     from ._metrics import MULTIPROC_ENV
 
     multiproc_dir = None
@@ -235,7 +254,8 @@ def run_workers(settings: ServerSettings) -> int:
         try:
             multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
         except OSError as exc:  # the workers' metrics need it: a start failure, said plainly
-            _say("start_failed", error=f"metrics of --workers need a temporary folder: {exc}")
+            why = f"metrics of --workers need a temporary folder: {exc}"
+            _say("start_failed", "ERROR", error=why)
             return START_FAILED
         os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
     marks = _marks_folder()
@@ -256,6 +276,7 @@ def _marks_folder() -> Path | None:
     except OSError as exc:
         _say(
             "reload_marks_unavailable",
+            "WARNING",
             error=str(exc),
             effect="a ReloadPolicy reply will not wait for the other workers",
         )
