@@ -112,10 +112,14 @@ class ProcessServer:
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         launcher: Sequence[str] = (),
+        own_group: bool = False,
     ) -> None:
         self.port = free_port()
         self.launcher = list(launcher)
         """A command that execs the server's (its arguments follow), as a job's launcher would."""
+        self.own_group = own_group
+        """In a process group of its own (a new session), so that a signal can go to the whole
+        group, as Ctrl-C in a terminal or `kill -- -PGID` sends it."""
         self.args = ["--port", str(self.port), *args]
         self.env = {**os.environ, **(env or {})}
         self.lines: list[dict[str, Any]] = []
@@ -177,11 +181,17 @@ class ProcessServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=self.own_group,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.wait_for("serving", ready_events)
         return self
+
+    def signal_group(self, signum: int = signal.SIGTERM) -> None:
+        """The signal to every process of the server's own group (its supervisor and workers)."""
+        assert self.proc is not None and self.own_group
+        os.killpg(self.proc.pid, signum)
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         assert self.proc is not None

@@ -26,8 +26,11 @@ from tests._server import ProcessServer, free_port
 GOOD = ResolveRequest(product="atlas-training", config={"hccl_timeout": 600})
 
 
-async def _burst(target: str, server: ProcessServer, calls: int) -> tuple[int, list[str]]:
-    """`calls` concurrent batch calls; SIGTERM once the server is busy answering them."""
+async def _burst(
+    target: str, server: ProcessServer, calls: int, *, group: bool = False
+) -> tuple[int, list[str]]:
+    """`calls` concurrent batch calls; SIGTERM (to the server's whole process group with
+    `group`) once the server is busy answering them."""
     batch = [
         ResolveRequest(product="atlas-a2", config={"hccl_timeout": 100 + i}) for i in range(40)
     ]
@@ -47,7 +50,7 @@ async def _burst(target: str, server: ProcessServer, calls: int) -> tuple[int, l
         tasks = [asyncio.ensure_future(one()) for _ in range(calls)]
         while answered < 3:
             await asyncio.sleep(0.002)
-        server.signal(signal.SIGTERM)
+        (server.signal_group if group else server.signal)(signal.SIGTERM)
         outcomes = await asyncio.gather(*tasks)
     return answered, list(outcomes)
 
@@ -61,6 +64,18 @@ def test_sigterm_during_a_burst_loses_no_call() -> None:
     calls = server.events("rpc")
     assert sum(1 for c in calls if c["method"] == "ResolveBatch") == 60
     assert all("env" not in c and "config" not in c for c in calls)
+
+
+def test_sigterm_to_the_whole_process_group_drains_every_worker_once() -> None:
+    """Ctrl-C in a terminal, `kill -- -PGID` and systemd's control-group kill signal the
+    supervisor and each worker, which then also gets the supervisor's copy: one stop, drained
+    (not the second signal that means 'stop now', which would fail the calls in flight)."""
+    with ProcessServer(["--workers", "2", "--grace-seconds", "15"], own_group=True) as server:
+        server.wait_for("serving", 2)
+        _answered, outcomes = asyncio.run(_burst(server.target, server, 60, group=True))
+        assert outcomes == ["ok"] * 60, [o for o in outcomes if o != "ok"][:3]
+        assert server.wait() == 0
+        assert len(server.events("draining")) == 2, server.raw
 
 
 @pytest.mark.parametrize("delay", ["0", "0.5"])

@@ -349,6 +349,10 @@ def _reload_every_worker(
 
 
 SUPERVISOR_POLL_S: Final = 1.0
+SAME_STOP_S: Final = 1.0
+"""A stop signal this soon after the first is the same stop delivered twice: a signal to the
+process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill) reaches a worker both
+directly and through its supervisor. Later, a second signal asks to stop now."""
 
 
 async def serve(
@@ -363,6 +367,7 @@ async def serve(
     drain. Returns the exit status."""
     started = now_ns()
     ends: list[float] = []  # once stopping: when the drain's grace runs out (monotonic)
+    first_stop: list[float] = []  # once stopping: when the first stop came (monotonic)
 
     def stopping() -> float | None:
         return ends[0] - time.monotonic() if ends else None
@@ -380,13 +385,16 @@ async def serve(
 
     def on_stop(cause: str) -> None:
         """`cause`: the signal's name, or why the worker stops without one."""
-        if stop.is_set():  # a second signal: stop now
-            built.hurry()
+        if stop.is_set():
+            if time.monotonic() - first_stop[0] < SAME_STOP_S:
+                return
+            built.hurry()  # a second signal: stop now
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if not ends:
-            ends.append(time.monotonic() + settings.drain_delay_seconds + settings.grace_seconds)
+            first_stop.append(time.monotonic())
+            ends.append(first_stop[0] + settings.drain_delay_seconds + settings.grace_seconds)
         stop.set()
         log.info(
             "draining",
