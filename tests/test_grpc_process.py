@@ -451,7 +451,7 @@ def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(
             server.start()
         assert server.wait() == 2, server.raw
         failed = server.events("start_failed")
-        assert failed and "do not belong together" in failed[0]["error"], server.raw
+        assert failed and "does not belong to --tls-cert" in failed[0]["error"], server.raw
 
 
 def test_the_supervisors_modules_load_no_grpc() -> None:

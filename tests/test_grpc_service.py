@@ -737,6 +737,47 @@ def test_tls(certs: dict[str, Path]) -> None:
             client.resolve("atlas-a2")
 
 
+def test_renewed_certificates_are_taken_without_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """cert-manager renews a Secret in place and the kubelet swaps the mounted files: the next
+    connection gets the new certificate. A renewal whose key is another certificate's is
+    refused (logged), and the last good pair keeps serving."""
+    import trustme
+
+    def install(cert: Any, key: Any) -> None:  # written whole, then renamed into place
+        for name, pem in (("tls.crt", cert), ("tls.key", key)):
+            (tmp_path / f"{name}.new").write_bytes(pem.bytes())
+            os.replace(tmp_path / f"{name}.new", tmp_path / name)
+
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    first = old_ca.issue_cert("localhost")
+    install(first.cert_chain_pems[0], first.private_key_pem)
+    settings = ServerSettings(port=0, tls_cert=tmp_path / "tls.crt", tls_key=tmp_path / "tls.key")
+
+    def served_to(ca: trustme.CA) -> bool:
+        roots = ca.cert_pem.bytes()
+        with ResolverClient(f"localhost:{server.port}", root_certificates=roots, timeout=3) as c:
+            try:
+                return c.resolve("atlas-a2").ok
+            except ResolverUnavailable:
+                return False
+
+    with ThreadServer(settings) as server:
+        assert served_to(old_ca)
+        renewed = new_ca.issue_cert("localhost")
+        install(renewed.cert_chain_pems[0], renewed.private_key_pem)
+        assert served_to(new_ca)
+        assert not served_to(old_ca)
+        bad = new_ca.issue_cert("localhost")
+        install(bad.cert_chain_pems[0], renewed.private_key_pem)  # another certificate's key
+        assert served_to(new_ca)  # the last good pair, whose key is the one installed
+    refused = [r for r in caplog.records if r.getMessage() == "tls_reload_failed"]
+    assert refused, caplog.text
+    error = refused[0].fields["error"]  # type: ignore[attr-defined]
+    assert error.startswith(f"--tls-key {tmp_path / 'tls.key'} does not belong to --tls-cert")
+
+
 def test_mutual_tls(certs: dict[str, Path]) -> None:
     settings = ServerSettings(
         port=0, tls_cert=certs["cert"], tls_key=certs["key"], tls_client_ca=certs["ca"]

@@ -94,24 +94,29 @@ def checked_pem(what: str, data: bytes | None, kind: PemKind | None = None) -> b
     return data
 
 
-def pair_problem(certificate_chain: bytes, private_key: bytes) -> str:
-    """Why the key does not belong to the chain's first certificate, or "" when it does or
-    cannot be told here. gRPC finds such a pair out only when it opens the connection, and says
-    so as a server it cannot reach; the check is OpenSSL's own, on copies held in memory (no
-    file is written). Anything else OpenSSL refuses is left for gRPC's TLS to judge."""
+def pair_problem(
+    certificate_chain: bytes, private_key: bytes, chain: str = "the certificate_chain"
+) -> str:
+    """Why the key cannot serve with the chain's first certificate (`chain` names it), or ""
+    when it can or that cannot be told here. gRPC finds a key of another certificate, or an
+    encrypted one, only when it opens a connection, and says so as a server it cannot reach
+    (a server: as a port it cannot bind). The check is OpenSSL's own, on copies held in memory
+    (no file is written); anything else OpenSSL refuses is left for gRPC's TLS to judge."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         with ExitStack() as files:
-            chain = files.enter_context(_in_memory(certificate_chain))
-            key = files.enter_context(_in_memory(private_key))
-            context.load_cert_chain(chain, key, password=_no_passphrase)
+            chain_path = files.enter_context(_in_memory(certificate_chain))
+            key_path = files.enter_context(_in_memory(private_key))
+            context.load_cert_chain(chain_path, key_path, password=_no_passphrase)
     except ssl.SSLError as exc:
         if exc.reason == "KEY_VALUES_MISMATCH":
             return (
-                "does not belong to the certificate_chain's first certificate (their public "
-                "keys differ): give the key the certificate was issued for"
+                f"does not belong to {chain}'s first certificate (their public keys differ): "
+                "give the key the certificate was issued for"
             )
-    except (OSError, ValueError, _PassphraseAskedError):
+    except _PassphraseAskedError:
+        return "is encrypted, and gRPC takes no passphrase: give the key decrypted"
+    except (OSError, ValueError):
         pass
     return ""
 

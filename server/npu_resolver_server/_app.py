@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import signal
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from ._reload_marks import (
     sighup_held,
 )
 from ._servicer import SERVICE, Limits, ResolverService
+from ._tls import server_credentials
 from .settings import HEALTH_SERVICE, ServerSettings
 
 log = logging.getLogger("npu_resolver_server")
@@ -84,38 +84,6 @@ def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         *KEEPALIVE_OPTIONS,
         *PENDING_OPTIONS,
     ]
-
-
-def _no_passphrase() -> str:
-    raise ValueError("the key is encrypted; gRPC takes no passphrase")
-
-
-def _matching_pair(cert: Path, key: Path) -> None:
-    """gRPC reports a certificate and a key that do not belong together as a failure to bind
-    the port; say what it is. (Regular files only: a pipe can be read once, by gRPC.)"""
-    if not (cert.is_file() and key.is_file()):
-        return
-    try:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key, password=_no_passphrase)  # never ask a terminal
-    except ssl.SSLError as exc:
-        raise ValueError(
-            f"--tls-cert {cert} and --tls-key {key} do not belong together ({exc.reason or exc}); "
-            "give the key of that certificate"
-        ) from None
-    except ValueError as exc:  # an encrypted key: _no_passphrase
-        raise ValueError(f"--tls-key {key}: {exc}; give the key decrypted") from None
-
-
-def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
-    if settings.tls_cert is None or settings.tls_key is None:
-        return None
-    _matching_pair(settings.tls_cert, settings.tls_key)
-    pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
-    client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
-    return grpc.ssl_server_credentials(
-        [pair], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
 
 
 class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
@@ -288,7 +256,7 @@ def create_server(
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(SERVICE_NAMES, server)
-    credentials = _credentials(settings)
+    credentials = server_credentials(settings)
     address = _address(settings.host, settings.port)
     if credentials is None:
         port = server.add_insecure_port(address)

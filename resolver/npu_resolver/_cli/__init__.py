@@ -381,9 +381,9 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
     if ("certificate_chain" in found) != ("private_key" in found):
         raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
     if "private_key" in found:
-        problem = pair_problem(found["certificate_chain"], found["private_key"])
+        chain = f"--tls-cert {args.tls_cert}"
+        problem = pair_problem(found["certificate_chain"], found["private_key"], chain)
         if problem:
-            problem = problem.replace("the certificate_chain's", f"--tls-cert {args.tls_cert}'s")
             raise UsageError(f"--tls-key {args.tls_key} {problem}")
     return found
 

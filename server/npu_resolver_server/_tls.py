@@ -1,0 +1,110 @@
+"""The server's TLS material: checked at start, and read again when the files change.
+
+Certificates are renewed in place (cert-manager rewrites the Secret, and the kubelet swaps the
+mounted files): gRPC asks before each new connection's handshake whether the certificates
+changed, and a renewed pair is taken without a restart. A pair that does not hold together
+(caught mid-rewrite, or a bad renewal) is refused and the last good one kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import grpc
+
+from npu_resolver_client.credentials import pair_problem
+
+from .settings import ServerSettings
+
+log = logging.getLogger("npu_resolver_server")
+
+
+class CertificateFiles:
+    """The files of --tls-cert, --tls-key and --tls-client-ca, and what was last read of them."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+        self.cert, self.key, self.client_ca = cert, key, client_ca
+        self._lock = threading.Lock()  # handshakes may ask from several gRPC threads at once
+        self._stamp = self._stamped()
+        self.current = self._read()
+        problem = self.problem(self.current)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def renewable(self) -> bool:
+        """Regular files only: a pipe (`<(vault read ...)`) can be read once."""
+        return all(path.is_file() for path in self._paths())
+
+    def _paths(self) -> list[Path]:
+        return [self.cert, self.key, *([self.client_ca] if self.client_ca else [])]
+
+    def _stamped(self) -> tuple[tuple[int, int, int, int], ...]:
+        """What changes when a file is rewritten or swapped (a Secret's symlink is followed)."""
+        stats = [os.stat(path) for path in self._paths()]
+        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
+
+    def _read(self) -> tuple[bytes, bytes, bytes | None]:
+        client_ca = self.client_ca.read_bytes() if self.client_ca else None
+        return self.key.read_bytes(), self.cert.read_bytes(), client_ca
+
+    def problem(self, material: tuple[bytes, bytes, bytes | None]) -> str:
+        key, cert, _ = material
+        problem = pair_problem(cert, key, f"--tls-cert {self.cert}")
+        return f"--tls-key {self.key} {problem}" if problem else ""
+
+    def configuration(self) -> grpc.ServerCertificateConfiguration:
+        key, cert, client_ca = self.current
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
+
+    def renewed(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's fetcher, called before each handshake: the new configuration when the files
+        changed and hold together, else None (the one in use stays). Never raises."""
+        with self._lock:
+            return self._renewed()
+
+    def _renewed(self) -> grpc.ServerCertificateConfiguration | None:
+        try:
+            stamp = self._stamped()
+            if stamp == self._stamp:
+                return None
+            self._stamp = stamp  # judged once per change, said once
+            material = self._read()
+        except OSError as exc:  # a file gone for a moment mid-swap: the next handshake sees
+            log.warning("tls_reload_failed", extra={"fields": _failed(str(exc))})
+            return None
+        problem = self.problem(material)
+        if problem or b"-----BEGIN " not in material[1]:
+            log.warning("tls_reload_failed", extra={"fields": _failed(problem or "not PEM")})
+            return None
+        self.current = material
+        log.info("tls_reloaded", extra={"fields": {"event": "tls_reloaded"}})
+        return self.configuration()
+
+
+def _failed(error: str) -> dict[str, str]:
+    return {
+        "event": "tls_reload_failed",
+        "error": error,
+        "effect": "the certificates in use stay until the files hold a good pair",
+    }
+
+
+def server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials from the settings' files (None without TLS); renewed files are taken
+    when the files are regular ones."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    files = CertificateFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    mutual = settings.tls_client_ca is not None
+    if not files.renewable:
+        key, cert, client_ca = files.current
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=mutual
+        )
+    return grpc.dynamic_ssl_server_credentials(
+        files.configuration(), files.renewed, require_client_authentication=mutual
+    )
