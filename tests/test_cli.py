@@ -785,6 +785,11 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
             ["--tls-cert", "{tmp}/der", "--tls-key", "{tmp}/der"],
             "--tls-cert {tmp}/der is not PEM text (no -----BEGIN line)",
         ),
+        (  # not the current folder, which "" read as a path would be
+            ["--policy", ""],
+            "--policy (or NPU_RESOLVER_POLICY) '': is given no file name; name the file, or "
+            "leave the flag out",
+        ),
     ],
 )
 def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
@@ -799,6 +804,18 @@ def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
     assert said.format(tmp=tmp_path) in proc.stderr
     for leaked in ("Value error", "Input should", "Traceback", "Errno"):
         assert leaked not in proc.stderr
+
+
+def test_a_setting_variable_set_to_nothing_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`NPU_RESOLVER_POLICY= npu-resolve serve` (a variable blanked in a manifest or a shell)
+    starts without a policy, not with the current folder as one; a blank port is the default."""
+    from npu_resolver_server.settings import DEFAULT_PORT, load_settings
+
+    monkeypatch.setenv("NPU_RESOLVER_POLICY", "")
+    monkeypatch.setenv("NPU_RESOLVER_PORT", "")
+    settings = load_settings()
+    assert settings.policy is None
+    assert settings.port == DEFAULT_PORT
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -58,7 +57,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"processes sharing the port with SO_REUSEPORT (default 1; env {env}WORKERS)",
     )
-    add("--policy", type=Path, metavar="FILE", help=f"policy file, hot-reloaded (env {env}POLICY)")
+    add("--policy", metavar="FILE", help=f"policy file, hot-reloaded (env {env}POLICY)")
     add(
         "--metrics-port",
         type=int,
@@ -87,17 +86,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--max-concurrent-rpcs", type=int, metavar="N", help="calls in progress at most")
     add("--cache-entries", type=int, metavar="N", help="answer cache size, 0 = off (default 4096)")
-    add("--tls-cert", type=Path, metavar="FILE", help="server certificate chain (PEM)")
-    add("--tls-key", type=Path, metavar="FILE", help="server private key (PEM)")
+    add("--tls-cert", metavar="FILE", help="server certificate chain (PEM)")
+    add("--tls-key", metavar="FILE", help="server private key (PEM)")
     add(
         "--tls-client-ca",
-        type=Path,
         metavar="FILE",
         help="CA for client certificates: turns on mutual TLS",
     )
     add(
         "--admin-token-file",
-        type=Path,
         metavar="FILE",
         help="file with the bearer token admin calls (ReloadPolicy) must present",
     )
@@ -136,7 +133,9 @@ def _explain(error: ValidationError) -> str:
         if item["loc"]:
             name = str(item["loc"][0])
             flag = f"--{name.replace('_', '-')} (or {ENV_PREFIX}{name.upper()})"
-            message = f"{flag} {item['input']}: {message}"
+            given = item["input"]
+            shown = repr(given) if isinstance(given, str) and not given.strip() else given
+            message = f"{flag} {shown}: {message}"
         lines.append(message)
     return "; ".join(lines)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from npu_resolver import MAX_CONFIG_DEPTH, MAX_CONFIG_ITEMS
@@ -40,7 +40,10 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 class ServerSettings(BaseSettings):
     """Everything the server reads at start; flags are passed as init arguments and win."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, env_ignore_empty=True
+    )
+    """A variable set to "" (`NPU_RESOLVER_POLICY= npu-resolve serve`) counts as unset."""
 
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -76,6 +79,16 @@ class ServerSettings(BaseSettings):
     log_level: LogLevel = "INFO"
     tracing: bool = False
     """OpenTelemetry tracing of every call (needs the `tracing` extra); off by default."""
+
+    @field_validator(
+        "policy", "tls_cert", "tls_key", "tls_client_ca", "admin_token_file", mode="before"
+    )
+    @classmethod
+    def _named(cls, value: object) -> object:
+        """`--policy ""` names no file (read as a path, it would be the current folder)."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is given no file name; name the file, or leave the flag out")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ServerSettings:
