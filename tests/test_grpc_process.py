@@ -278,6 +278,24 @@ def test_reload_policy_under_workers_answers_once_every_worker_has_read_the_file
         assert not server.events("reload_not_confirmed")
 
 
+def test_a_stop_while_the_workers_load_the_policy_is_a_clean_stop(tmp_path: Path) -> None:
+    """A worker still starting ends by the stop signal itself (its handlers are not set yet):
+    that is the stop asked for, exit 0, not a worker failure (exit 1, WARNING lines)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(_slow_policy(3600))
+    server = ProcessServer(["--workers", "2", "--policy", str(policy)])
+    try:
+        server.start(ready_events=0)
+        server.wait_for("worker_started", 2)
+        server.signal(signal.SIGTERM)  # the workers are still reading the file
+        assert server.wait() == 0, server.raw
+        assert not server.events("serving"), "the stop came too late to test this"
+        exits = server.events("worker_exited")
+        assert len(exits) == 2 and {e["level"] for e in exits} == {"INFO"}, server.raw
+    finally:
+        server.stop()
+
+
 def test_a_reload_asked_for_while_the_workers_load_the_policy_is_neither_fatal_nor_lost(
     tmp_path: Path,
 ) -> None:

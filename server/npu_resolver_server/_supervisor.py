@@ -162,15 +162,18 @@ class Supervisor:
             mark_dead(pid)
             if self.marks is not None:
                 forget(self.marks, pid)
+            # A worker still starting (before its handlers are set) ends by the stop signal
+            # itself: that is the stop asked for, not a failure.
+            stopped = code == 0 or (self.stopping and code in (-signal.SIGTERM, -signal.SIGINT))
             _say(
                 "worker_exited",
-                "INFO" if code == 0 else "WARNING",
+                "INFO" if stopped else "WARNING",
                 worker=worker,
                 worker_pid=pid,
                 code=code,
             )
             if self.stopping:
-                if code != 0 and self.exit_code != START_FAILED:  # the first cause is said
+                if not stopped and self.exit_code != START_FAILED:  # the first cause is said
                     self.exit_code = 1
                 continue
             now = time.monotonic()
