@@ -843,6 +843,25 @@ def test_cli_without_a_client_certificate_says_mutual_tls_may_be_why(
         assert main([*asked, *own, "--format", "json"]) == 0
 
 
+def test_cli_with_tls_flags_against_a_plaintext_server_says_so_in_one_line(
+    certs: dict[str, Path],
+) -> None:
+    """Not gRPC's own log line for every failed handshake, nor the mutual-TLS hint: the one
+    line the CLI writes names the likely cause (no TLS on that port) and what to do."""
+    from tests.test_cli import run
+
+    with ThreadServer(ServerSettings(port=0)) as server:
+        proc = run(
+            "resolve", "--product", "atlas-a2", "--server", server.target,
+            "--tls-ca", str(certs["ca"]),
+        )  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        "; the server does not speak TLS there: leave out the --tls-* flags"
+    )
+
+
 def test_metrics_count_calls() -> None:
     from prometheus_client import CollectorRegistry
 

@@ -6,6 +6,7 @@ imports the gRPC client only when used, so the in-process path never loads grpc.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -77,6 +78,9 @@ class Remote:
     def __init__(self, target: str, timeout: float = 10.0, **credentials: Any) -> None:
         """`credentials`: the client's root_certificates, private_key, certificate_chain and
         token arguments."""
+        # gRPC's own log lines (each failed TLS handshake, at INFO) would come before the
+        # CLI's one line saying what failed; the caller's own GRPC_VERBOSITY still wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
         try:
             from npu_resolver_client import ResolverClient
         except ImportError as exc:  # pragma: no cover - the client ships with the package
@@ -96,7 +100,9 @@ class Remote:
             return getattr(self._client, method)(*args)
         except ResolverUnavailable as exc:
             hint = ""
-            if self._tls_without_own_certificate:
+            if "WRONG_VERSION_NUMBER" in str(exc):  # what a plaintext server answers TLS with
+                hint = "; the server does not speak TLS there: leave out the --tls-* flags"
+            elif self._tls_without_own_certificate:
                 # A server that requires one closes the handshake, which gRPC reports as any
                 # lost connection ("Socket closed", or another address's failure when the
                 # name has several): the likely cause is worth a line.
