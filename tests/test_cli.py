@@ -21,10 +21,13 @@ from npu_resolver._cli._render import columns
 CLI = [sys.executable, "-m", "npu_resolver._cli"]
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in {"HCCL_EXEC_TIMEOUT", "NPU_COLLECT_PATH"}
-    }
+def run(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, in `env` (default: this one's), less the variables
+    that would change the answers tests expect."""
+    unread = {"HCCL_EXEC_TIMEOUT", "NPU_COLLECT_PATH"}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in unread}
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, input=stdin, timeout=60, check=False, env=env
     )
@@ -665,7 +668,29 @@ def test_table_columns_stay_aligned_with_wide_characters_in_values() -> None:
 def test_an_env_name_that_is_not_utf8_is_the_one_named() -> None:
     proc = run("resolve", "--product", "atlas-a2", "--env", "X\udcff=1")  # argv bytes X\xff
     assert proc.returncode == 2
-    assert "--env: the name 'X\\\\udcff' is not valid UTF-8 text" in proc.stderr  # as --set's
+    assert "--env: the name 'X\\udcff' is not valid UTF-8 text" in proc.stderr  # as --set's
+
+
+def test_an_inherited_variable_that_is_not_utf8_is_named_with_its_escape_shown_once() -> None:
+    env = {**os.environ, "HOME": "/home/\udcff"}  # the job's environment held the byte \xff
+    proc = run("resolve", "--product", "atlas-a2", "--inherit-env", env=env)
+    assert proc.returncode == 2
+    assert "environment variable HOME: '/home/\\udcff' is not valid UTF-8 text" in proc.stderr
+
+
+def test_an_env_variable_the_resolver_never_reads_gets_a_note_naming_the_close_one() -> None:
+    """A misspelt variable has no effect and the answer cannot show it (it holds only what is
+    read): a note on stderr says so; the answer and the exit status are unchanged."""
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--env", "HCCL_EXEC_TIMOUT=5", "--env",
+        "HOME=/home/u", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert proc.stderr == (
+        "npu-resolve: note: --env HCCL_EXEC_TIMOUT is not a variable the resolver reads, so it "
+        "has no effect; did you mean HCCL_EXEC_TIMEOUT?\n"
+    )
+    assert json.loads(proc.stdout)["ok"] is True
 
 
 def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_all() -> None:

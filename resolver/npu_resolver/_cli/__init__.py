@@ -15,7 +15,7 @@ import re
 import select
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -26,6 +26,7 @@ from .._model import (
     Resolution,
     ResolveRequest,
     Severity,
+    closest,
     is_text,
     loads_json,
     printable,
@@ -292,7 +293,22 @@ def _refuse_non_text(args: argparse.Namespace) -> None:
     given += [("--attach", item) for item in args.attach or ()]
     for flag, text in given:
         if not is_text(text):
-            raise UsageError(f"{flag}: {printable(text)!r} is not valid UTF-8 text")
+            raise UsageError(f"{flag}: '{printable(text)}' is not valid UTF-8 text")
+
+
+def _note_unread_env(given: Mapping[str, str]) -> None:
+    """A variable named with --env that the resolver never reads has no effect: most often a
+    misspelt one (HCCL_EXEC_TIMOUT), which the answer, holding only what is read, cannot show.
+    Said on stderr; the answer and the exit status stay as they are."""
+    for name in given:
+        if name not in NAMED_ENV_VARS:
+            close = closest(name, NAMED_ENV_VARS)
+            hint = f"; did you mean {close}?" if close else ""
+            print(
+                f"npu-resolve: note: --env {name} is not a variable the resolver reads, so it "
+                f"has no effect{hint}",
+                file=sys.stderr,
+            )
 
 
 def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
@@ -303,12 +319,16 @@ def _request(args: argparse.Namespace, product: str) -> ResolveRequest:
     env: dict[str, str] = {}
     if args.inherit_env:
         env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
-    env.update(dict(_pairs(args.env, "--env")))
+    given_env = dict(_pairs(args.env, "--env"))
+    env.update(given_env)
     for name, value in env.items():  # bytes that are not UTF-8, from argv
         if not is_text(name):
-            raise UsageError(f"--env: the name {printable(name)!r} is not valid UTF-8 text")
+            raise UsageError(f"--env: the name '{printable(name)}' is not valid UTF-8 text")
         if not is_text(value):
-            raise UsageError(f"{name}: {printable(value)!r} is not valid UTF-8 text")
+            raise UsageError(
+                f"environment variable {name}: '{printable(value)}' is not valid UTF-8 text"
+            )
+    _note_unread_env(given_env)
     return ResolveRequest(
         product=product,
         config=config,
