@@ -805,11 +805,15 @@ def test_a_client_key_that_is_not_the_certificates_is_refused_before_any_call(
     ResolverUnavailable after the retries): it is the caller's own input, named where given."""
     from tests.test_cli import run
 
-    pair = {"certificate_chain": certs["client_cert"], "private_key": certs["key"]}
     said = "private_key does not belong to the certificate_chain's first certificate"
     for kind in (ResolverClient, AsyncResolverClient):
         with pytest.raises(ValueError, match=said):
-            kind("127.0.0.1:9", root_certificates=certs["ca"], **pair)
+            kind(
+                "127.0.0.1:9",
+                root_certificates=certs["ca"],
+                certificate_chain=certs["client_cert"],
+                private_key=certs["key"],  # the server's
+            )
     proc = run(
         "resolve", "--product", "atlas-a2", "--server", "127.0.0.1:9",
         "--tls-ca", str(certs["ca"]),
