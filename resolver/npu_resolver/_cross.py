@@ -429,10 +429,16 @@ def execute_mode_needs_dynamic_input(state: State) -> None:
 def aoe_options_need_aoe_mode(state: State) -> None:
     """R-AOE-5, R-AOE-6: work_path is AOE's working folder ("AOE工具调优工作目录") and
     aoe_config_file picks the operators "通过AOE工具进行调优时": with no tuning mode in force
-    (neither aoe_mode nor AOE_MODE), AOE does not run and neither has an effect."""
+    (neither aoe_mode nor AOE_MODE), AOE does not run and neither has an effect. Tuning is each
+    job's choice: a policy's folder or file for the jobs that tune leaves the others quietly
+    (warned of, it would be on nearly every job; under strict, fail them)."""
     tuning = "aoe_mode" in state.slots
     for name, rule in (("work_path", "R-AOE-5"), ("aoe_config_file", "R-AOE-6")):
-        if name not in state.slots:
+        slot = state.slots.get(name)
+        if slot is None:
+            continue
+        if not tuning and slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+            del state.slots[name]
             continue
         _needs(
             state,
