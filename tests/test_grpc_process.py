@@ -296,6 +296,39 @@ def test_a_stop_while_the_workers_load_the_policy_is_a_clean_stop(tmp_path: Path
         server.stop()
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for the signal (/proc's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16)
+    return bool(caught >> (signum - 1) & 1)
+
+
+def test_a_stop_while_one_worker_loads_the_policy_ends_it_at_once_and_cleanly(
+    tmp_path: Path,
+) -> None:
+    """As a container's PID 1 a process has no default action for SIGTERM: a stop before the
+    event loop takes it would be ignored, and the pod would wait out its grace period. The
+    server takes it from its first steps: exit 0 with a 'stopped' line, nothing to drain."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(_slow_policy(3600, profiles=12000))
+    server = ProcessServer(["--policy", str(policy)])
+    try:
+        server.start(ready_events=0)
+        assert server.proc is not None
+        deadline = time.monotonic() + 30
+        while not _catches(server.proc.pid, signal.SIGTERM):
+            assert time.monotonic() < deadline and server.proc.poll() is None, server.raw
+            time.sleep(0.005)
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.raw
+        assert not server.events("serving"), "the stop came too late to test this"
+        stopped = server.events("stopped")
+        assert stopped and stopped[0]["signal"] == "SIGTERM", server.raw
+        assert not any("Traceback" in line for line in server.raw), server.raw
+    finally:
+        server.stop()
+
+
 def test_a_reload_asked_for_while_the_workers_load_the_policy_is_neither_fatal_nor_lost(
     tmp_path: Path,
 ) -> None:

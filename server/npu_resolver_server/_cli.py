@@ -7,8 +7,10 @@ any grpc object exists.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from pydantic import ValidationError
 
@@ -158,13 +160,38 @@ def run_serve(namespace: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    if settings.workers > 1:
-        from ._supervisor import run_workers
+    # Until the supervisor or the worker's event loop takes them: as a container's PID 1 the
+    # process has no default action for SIGTERM, which would be ignored while it starts.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop_while_starting)
+    try:
+        if settings.workers > 1:
+            from ._supervisor import run_workers
 
-        return run_workers(settings)
-    from ._app import run_worker
+            return run_workers(settings)
+        from ._app import run_worker
 
-    return run_worker(settings)
+        return run_worker(settings)
+    except StoppedWhileStartingError as stop:
+        from ._supervisor import say, show_from  # logging may not be set up yet
+
+        show_from(settings.log_level)
+        say(
+            "stopped",
+            logger="npu_resolver_server",
+            signal=str(stop),
+            detail="the stop came while the server started: nothing to drain",
+        )
+        return 0
+
+
+class StoppedWhileStartingError(BaseException):
+    """A stop signal before the server serves: nothing to drain. A BaseException, so that no
+    handler of start failures takes it for one."""
+
+
+def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
+    raise StoppedWhileStartingError(signal.Signals(signum).name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,7 +45,12 @@ _SHOWN: Final = {"from": _LEVELS["INFO"]}
 least level it writes, from --log-level."""
 
 
-def _say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
+def show_from(level: LogLevel) -> None:
+    """The least level `say` writes (--log-level)."""
+    _SHOWN["from"] = _LEVELS[level]
+
+
+def say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
     """One JSON line as the workers' logs write them, at the level the event deserves (a start
     that failed and workers that keep dying are errors an alert must see)."""
     if _LEVELS[level] < _SHOWN["from"]:
@@ -137,7 +142,7 @@ class Supervisor:
         if pid == 0:
             _child(self.settings, worker, parent, self.marks)
         self.children[pid] = worker
-        _say("worker_started", worker=worker, worker_pid=pid)
+        say("worker_started", worker=worker, worker_pid=pid)
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT):
@@ -165,7 +170,7 @@ class Supervisor:
             # A worker still starting (before its handlers are set) ends by the stop signal
             # itself: that is the stop asked for, not a failure.
             stopped = code == 0 or (self.stopping and code in (-signal.SIGTERM, -signal.SIGINT))
-            _say(
+            say(
                 "worker_exited",
                 "INFO" if stopped else "WARNING",
                 worker=worker,
@@ -179,7 +184,7 @@ class Supervisor:
             now = time.monotonic()
             if code == START_FAILED:
                 if worker in self._restarting:
-                    _say(
+                    say(
                         "worker_restart_failed",
                         "ERROR",
                         worker=worker,
@@ -188,13 +193,13 @@ class Supervisor:
                     )
                     self._pending.append((now + FAILED_RESTART_BACKOFF_S, worker))
                     continue
-                _say("worker_could_not_start", "ERROR", worker=worker)
+                say("worker_could_not_start", "ERROR", worker=worker)
                 self.exit_code = START_FAILED
                 self._stop_all()
                 continue
             self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
             if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
-                _say("workers_keep_dying", "ERROR", restarts=len(self._restarts))
+                say("workers_keep_dying", "ERROR", restarts=len(self._restarts))
                 self.exit_code = 1
                 self._stop_all()
                 continue
@@ -216,7 +221,7 @@ class Supervisor:
         for what, port in shared:
             error = _taken_for_a_while(self.settings.host, port) if port else None
             if error is not None:  # another server listens there: never share it silently
-                _say("start_failed", "ERROR", error=f"{what} {port}: {error.strerror or error}")
+                say("start_failed", "ERROR", error=f"{what} {port}: {error.strerror or error}")
                 return START_FAILED
         if self.settings.metrics_port:  # before any worker: a taken port stops the start
             from ._metrics import serve_multiprocess
@@ -225,7 +230,7 @@ class Supervisor:
                 serve_multiprocess(self.settings.metrics_port, self.settings.host)
             except OSError as exc:
                 port = self.settings.metrics_port
-                _say("start_failed", "ERROR", error=f"metrics port {port}: {exc}")
+                say("start_failed", "ERROR", error=f"metrics port {port}: {exc}")
                 return START_FAILED
         # An ignored SIGCHLD survives exec: under a launcher that ignores it the kernel would
         # reap dead workers unseen, none would be restarted, and the exit status would hide it.
@@ -243,13 +248,13 @@ class Supervisor:
                     self._restarting.add(worker)
                     self._spawn(worker)
             time.sleep(0.05)
-        _say("supervisor_stopped", "INFO" if self.exit_code == 0 else "ERROR", code=self.exit_code)
+        say("supervisor_stopped", "INFO" if self.exit_code == 0 else "ERROR", code=self.exit_code)
         return self.exit_code
 
 
 def run_workers(settings: ServerSettings) -> int:
     """Serve with settings.workers processes; returns the exit status."""
-    _SHOWN["from"] = _LEVELS[settings.log_level]
+    show_from(settings.log_level)
     from ._metrics import MULTIPROC_ENV
 
     multiproc_dir = None
@@ -258,7 +263,7 @@ def run_workers(settings: ServerSettings) -> int:
             multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
         except OSError as exc:  # the workers' metrics need it: a start failure, said plainly
             why = f"metrics of --workers need a temporary folder: {exc}"
-            _say("start_failed", "ERROR", error=why)
+            say("start_failed", "ERROR", error=why)
             return START_FAILED
         os.environ[MULTIPROC_ENV] = multiproc_dir  # before prometheus_client is imported
     marks = _marks_folder()
@@ -277,7 +282,7 @@ def _marks_folder() -> Path | None:
     try:
         return Path(tempfile.mkdtemp(prefix="npu-resolver-workers-"))
     except OSError as exc:
-        _say(
+        say(
             "reload_marks_unavailable",
             "WARNING",
             error=str(exc),
