@@ -691,6 +691,9 @@ def test_an_env_variable_the_resolver_never_reads_gets_a_note_naming_the_close_o
         "has no effect; did you mean HCCL_EXEC_TIMEOUT?\n"
     )
     assert json.loads(proc.stdout)["ok"] is True
+    proc = run("resolve", "--product", "atlas-a2", "--env", "home=/home/u")
+    assert "npu-resolve: note: --env home is not a variable the resolver reads" in proc.stderr
+    assert proc.stderr.rstrip().endswith("did you mean HOME?")  # names are case-sensitive
 
 
 def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_all() -> None:

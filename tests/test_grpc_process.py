@@ -78,6 +78,18 @@ def test_sigterm_to_the_whole_process_group_drains_every_worker_once() -> None:
         assert len(server.events("draining")) == 2, server.raw
 
 
+def test_a_second_ctrl_c_soon_after_the_first_stops_a_single_process_server_at_once() -> None:
+    """Only under --workers does a worker get copies of one signal; a server of one process
+    gets a second signal only from someone asking again, and it stops now."""
+    with ProcessServer(["--drain-delay-seconds", "10"]) as server:
+        server.signal(signal.SIGINT)
+        time.sleep(0.2)
+        started = time.monotonic()
+        server.signal(signal.SIGINT)
+        server.wait(8)
+        assert time.monotonic() - started < 5, server.raw
+
+
 @pytest.mark.parametrize("delay", ["0", "0.5"])
 def test_health_watch_sees_not_serving_then_ends_without_holding_the_drain(delay: str) -> None:
     """An open Watch (client-side health checking keeps one a channel) sees NOT_SERVING, then

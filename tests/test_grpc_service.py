@@ -772,10 +772,47 @@ def test_renewed_certificates_are_taken_without_a_restart(
         bad = new_ca.issue_cert("localhost")
         install(bad.cert_chain_pems[0], renewed.private_key_pem)  # another certificate's key
         assert served_to(new_ca)  # the last good pair, whose key is the one installed
-    refused = [r for r in caplog.records if r.getMessage() == "tls_reload_failed"]
-    assert refused, caplog.text
-    error = refused[0].fields["error"]  # type: ignore[attr-defined]
-    assert error.startswith(f"--tls-key {tmp_path / 'tls.key'} does not belong to --tls-cert")
+        rsa = new_ca.issue_cert("localhost", key_type=trustme.KeyType.RSA)
+        install(bad.cert_chain_pems[0], rsa.private_key_pem)  # a key of another algorithm
+        assert served_to(new_ca)
+        assert served_to(new_ca)  # judged once per change of the files, said once
+    errors = [
+        r.fields["error"]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "tls_reload_failed"
+    ]
+    key = tmp_path / "tls.key"
+    assert len(errors) == 2, errors
+    assert errors[0].startswith(f"--tls-key {key} does not belong to --tls-cert")
+    assert errors[1].startswith(f"--tls-key {key} cannot serve with --tls-cert")
+    assert "(OpenSSL: NO_CERTIFICATE_ASSIGNED)" in errors[1]
+
+
+def test_renewal_retries_files_it_could_not_read_and_says_a_missing_one_once(
+    certs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What gRPC's fetcher is asked before each handshake: a file gone mid-swap is said once
+    however many connections come, and a pair that could not be read (its permissions fixed
+    later: only the files' ctime changes) is read again, not given up on."""
+    from npu_resolver_server._tls import CertificateFiles
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(certs["cert"].read_bytes())
+    key.write_bytes(certs["key"].read_bytes())
+    files = CertificateFiles(cert, key, None)
+    assert files.renewed() is None  # nothing changed
+    key.rename(tmp_path / "away")
+    assert [files.renewed() for _ in range(5)] == [None] * 5
+    (tmp_path / "away").rename(key)
+    os.utime(key, ns=(1, 1))  # another state of the files
+    real_read = files._read
+    files._read = lambda: (_ for _ in ()).throw(PermissionError("denied"))  # type: ignore[method-assign]
+    assert files.renewed() is None
+    files._read = real_read  # type: ignore[method-assign]
+    key.chmod(0o600)  # only the ctime changes
+    assert files.renewed() is not None
+    lines = [r.fields["error"] for r in caplog.records if r.getMessage() == "tls_reload_failed"]  # type: ignore[attr-defined]
+    assert len(lines) == 2 and "No such file" in lines[0] and lines[1] == "denied", lines
 
 
 def test_mutual_tls(certs: dict[str, Path]) -> None:
@@ -824,6 +861,22 @@ def test_a_client_key_that_is_not_the_certificates_is_refused_before_any_call(
         f"--tls-key {certs['key']} does not belong to --tls-cert {certs['client_cert']}'s first "
         "certificate (their public keys differ)"
     ) in proc.stderr
+
+
+def test_a_client_key_of_another_algorithm_is_refused_before_any_call(
+    certs: dict[str, Path], tmp_path: Path
+) -> None:
+    """An RSA key beside an ECDSA certificate: OpenSSL says so differently from a key of another
+    certificate, and it is refused all the same, naming what OpenSSL said."""
+    import trustme
+
+    rsa_key = tmp_path / "rsa.key"
+    trustme.CA().issue_cert("x", key_type=trustme.KeyType.RSA).private_key_pem.write_to_path(
+        str(rsa_key)
+    )
+    said = r"private_key cannot serve with the certificate_chain's first certificate \(OpenSSL: "
+    with pytest.raises(ValueError, match=said):
+        ResolverClient("127.0.0.1:9", certificate_chain=certs["client_cert"], private_key=rsa_key)
 
 
 def test_cli_without_a_client_certificate_says_mutual_tls_may_be_why(

@@ -98,11 +98,12 @@ def pair_problem(
     certificate_chain: bytes, private_key: bytes, chain: str = "the certificate_chain"
 ) -> str:
     """Why the key cannot serve with the chain's first certificate (`chain` names it), or ""
-    when it can or that cannot be told here. gRPC finds a key of another certificate, or an
-    encrypted one, only when it opens a connection, and says so as a server it cannot reach
-    (a server: as a port it cannot bind). The check is OpenSSL's own, on copies held in memory
-    (no file is written); anything else OpenSSL refuses is left for gRPC's TLS to judge."""
+    when it can or that cannot be told here (no memory files on this system). gRPC finds a key
+    of another certificate or algorithm, a damaged one or an encrypted one only when it opens a
+    connection, and says so as a server it cannot reach (a server: as a port it cannot bind).
+    The check is OpenSSL's own, on copies held in memory (no file is written)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # judge the pair, not the key's strength
     try:
         with ExitStack() as files:
             chain_path = files.enter_context(_in_memory(certificate_chain))
@@ -114,6 +115,11 @@ def pair_problem(
                 f"does not belong to {chain}'s first certificate (their public keys differ): "
                 "give the key the certificate was issued for"
             )
+        why = f"OpenSSL: {exc.reason}" if exc.reason else "OpenSSL cannot read the pair"
+        return (  # a key of another algorithm, a damaged key or certificate, ...
+            f"cannot serve with {chain}'s first certificate ({why}): give the key the "
+            "certificate was issued for, as PEM"
+        )
     except _PassphraseAskedError:
         return "is encrypted, and gRPC takes no passphrase: give the key decrypted"
     except (OSError, ValueError):

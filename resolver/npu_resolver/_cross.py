@@ -437,7 +437,8 @@ def aoe_options_need_aoe_mode(state: State) -> None:
         slot = state.slots.get(name)
         if slot is None:
             continue
-        if not tuning and slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+        from_policy = slot.source in (Source.POLICY, Source.POLICY_LOCKED)
+        if not tuning and from_policy and name not in state.given:  # the caller set none
             del state.slots[name]
             continue
         _needs(

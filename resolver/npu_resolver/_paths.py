@@ -122,7 +122,7 @@ def _compute(state: State) -> dict[str, str]:
     if state.value("op_compiler_cache_mode") != "disable":  # R-OCD-1
         cache_dir = state.value("op_compiler_cache_dir")
         cache_path = state.env_path("ASCEND_CACHE_PATH")
-        home = state.env_path("HOME") or "<home>"
+        home = _here(state.env_path("HOME"), workdir) if state.env_path("HOME") else "<home>"
         paths["op_cache_dir"] = (
             _join(_here(cache_dir, workdir), "kernel_cache")
             if isinstance(cache_dir, str)

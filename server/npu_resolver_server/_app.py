@@ -318,9 +318,10 @@ def _reload_every_worker(
 
 SUPERVISOR_POLL_S: Final = 1.0
 SAME_STOP_S: Final = 1.0
-"""A stop signal this soon after the first is the same stop delivered twice: a signal to the
-process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill) reaches a worker both
-directly and through its supervisor. Later, a second signal asks to stop now."""
+"""Under a supervisor, a stop signal this soon after the first is the same stop delivered
+twice: a signal to the process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill)
+reaches a worker both directly and through its supervisor. Later (or at once, for a server of
+one process, which gets no copies), a second signal asks to stop now."""
 
 
 async def serve(
@@ -354,8 +355,8 @@ async def serve(
     def on_stop(cause: str) -> None:
         """`cause`: the signal's name, or why the worker stops without one."""
         if stop.is_set():
-            if time.monotonic() - first_stop[0] < SAME_STOP_S:
-                return
+            if parent is not None and time.monotonic() - first_stop[0] < SAME_STOP_S:
+                return  # under a supervisor: its copy of a signal the group got
             built.hurry()  # a second signal: stop now
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)

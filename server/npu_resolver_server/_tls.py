@@ -29,6 +29,8 @@ class CertificateFiles:
         self.cert, self.key, self.client_ca = cert, key, client_ca
         self._lock = threading.Lock()  # handshakes may ask from several gRPC threads at once
         self._stamp = self._stamped()
+        self._refused: object = None
+        """The state of the files last refused (a stamp, or the error of a file gone)."""
         self.current = self._read()
         problem = self.problem(self.current)
         if problem:
@@ -42,10 +44,11 @@ class CertificateFiles:
     def _paths(self) -> list[Path]:
         return [self.cert, self.key, *([self.client_ca] if self.client_ca else [])]
 
-    def _stamped(self) -> tuple[tuple[int, int, int, int], ...]:
-        """What changes when a file is rewritten or swapped (a Secret's symlink is followed)."""
+    def _stamped(self) -> tuple[tuple[int, ...], ...]:
+        """What changes when a file is rewritten, swapped (a Secret's symlink is followed) or
+        given other permissions (ctime), so that each change is judged once."""
         stats = [os.stat(path) for path in self._paths()]
-        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
+        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats)
 
     def _read(self) -> tuple[bytes, bytes, bytes | None]:
         client_ca = self.client_ca.read_bytes() if self.client_ca else None
@@ -69,20 +72,29 @@ class CertificateFiles:
     def _renewed(self) -> grpc.ServerCertificateConfiguration | None:
         try:
             stamp = self._stamped()
-            if stamp == self._stamp:
-                return None
-            self._stamp = stamp  # judged once per change, said once
+        except OSError as exc:  # a file gone (mid-swap, or for good): said once, not per call
+            self._refuse(str(exc), str(exc))
+            return None
+        if stamp in (self._stamp, self._refused):
+            return None
+        try:
             material = self._read()
-        except OSError as exc:  # a file gone for a moment mid-swap: the next handshake sees
-            log.warning("tls_reload_failed", extra={"fields": _failed(str(exc))})
+        except OSError as exc:  # unreadable (permissions): judged again once the files change
+            self._refuse(stamp, str(exc))
             return None
         problem = self.problem(material)
-        if problem or b"-----BEGIN " not in material[1]:
-            log.warning("tls_reload_failed", extra={"fields": _failed(problem or "not PEM")})
+        if problem:
+            self._refuse(stamp, problem)
             return None
-        self.current = material
+        self._stamp, self._refused, self.current = stamp, None, material
         log.info("tls_reloaded", extra={"fields": {"event": "tls_reloaded"}})
         return self.configuration()
+
+    def _refuse(self, what: object, error: str) -> None:
+        """Keep the pair in use; log the failure once for each state of the files."""
+        if what != self._refused:
+            self._refused = what
+            log.warning("tls_reload_failed", extra={"fields": _failed(error)})
 
 
 def _failed(error: str) -> dict[str, str]:

@@ -302,7 +302,7 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
     Said on stderr; the answer and the exit status stay as they are."""
     for name in given:
         if name not in NAMED_ENV_VARS:
-            close = closest(name, NAMED_ENV_VARS)
+            close = closest(name.upper(), NAMED_ENV_VARS)  # `home` is not HOME, yet meant it
             hint = f"; did you mean {close}?" if close else ""
             print(
                 f"npu-resolve: note: --env {name} is not a variable the resolver reads, so it "
