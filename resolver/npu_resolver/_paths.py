@@ -38,6 +38,12 @@ def _here(path: str, workdir: str) -> str:
     return path if path.startswith("/") else _join(workdir, path)
 
 
+def _env_folder(state: State, var: str, workdir: str) -> str:
+    """The folder a variable names, as the job sees it; "" when it names none."""
+    path = state.env_path(var)
+    return _here(path, workdir) if path else ""
+
+
 def _join(*parts: str) -> str:
     """posixpath.join: a later absolute part starts over; cheap for the common two parts."""
     if len(parts) == 2 and not parts[1].startswith("/"):
@@ -91,10 +97,8 @@ def _short(key: tuple[object, ...]) -> bool:
 
 def _compute(state: State) -> dict[str, str]:
     workdir = state.workdir or WORKDIR
-    work_path, collect = (
-        _here(path, workdir) if path else ""
-        for path in map(state.env_path, ("ASCEND_WORK_PATH", "NPU_COLLECT_PATH"))
-    )
+    work_path = _env_folder(state, "ASCEND_WORK_PATH", workdir)
+    collect = _env_folder(state, "NPU_COLLECT_PATH", workdir)
     paths: dict[str, str] = {}
 
     dump = state.value("enable_exception_dump")
@@ -121,12 +125,12 @@ def _compute(state: State) -> dict[str, str]:
 
     if state.value("op_compiler_cache_mode") != "disable":  # R-OCD-1
         cache_dir = state.value("op_compiler_cache_dir")
-        cache_path = state.env_path("ASCEND_CACHE_PATH")
-        home = _here(state.env_path("HOME"), workdir) if state.env_path("HOME") else "<home>"
+        cache_path = _env_folder(state, "ASCEND_CACHE_PATH", workdir)
+        home = _env_folder(state, "HOME", workdir) or "<home>"
         paths["op_cache_dir"] = (
             _join(_here(cache_dir, workdir), "kernel_cache")
             if isinstance(cache_dir, str)
-            else _join(_here(cache_path, workdir), "kernel_cache")
+            else _join(cache_path, "kernel_cache")
             if cache_path
             else _join(home, "atc_data")
         )
