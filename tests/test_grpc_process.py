@@ -197,6 +197,32 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         assert supervisor == server.pid
 
 
+def test_workers_remove_the_temporary_folders_a_killed_supervisor_left(tmp_path: Path) -> None:
+    """A supervisor killed outright leaves its metrics and marks folders; in a pod, /tmp
+    outlives the container, and each restart would add a few MiB. The next supervisor removes
+    those whose supervisor is gone, keeps a running one's, and removes its own when it stops."""
+    import subprocess
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a pid no process has now
+    stale = [tmp_path / f"npu-resolver-{kind}-{ended.pid}-x1" for kind in ("metrics", "workers")]
+    running = tmp_path / f"npu-resolver-metrics-{os.getpid()}-x2"  # this test runs: alive
+    other = tmp_path / f"npu-resolver-metrics-{ended.pid}"  # not a name the server writes
+    for folder in (*stale, running, other):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"0" * 1024)
+    args = ["--workers", "2", "--metrics-port", str(free_port())]
+    with ProcessServer(args, env={"TMPDIR": str(tmp_path)}) as server:
+        server.wait_for("serving", 2)
+        assert not any(folder.exists() for folder in stale)
+        assert running.exists() and other.exists()
+        own = sorted(p.name for p in tmp_path.glob(f"npu-resolver-*-{server.pid}-*"))
+        assert [name.split("-")[2] for name in own] == ["metrics", "workers"], own
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    assert not list(tmp_path.glob(f"npu-resolver-*-{server.pid}-*"))
+
+
 def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> None:
     """One worker answers the call; every worker reads the file (the watcher is slowed here,
     so only the call can have told them)."""

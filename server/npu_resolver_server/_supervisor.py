@@ -19,6 +19,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -257,10 +258,12 @@ def run_workers(settings: ServerSettings) -> int:
     show_from(settings.log_level)
     from ._metrics import MULTIPROC_ENV
 
+    _remove_stale_folders()
+
     multiproc_dir = None
     if settings.metrics_port:
         try:
-            multiproc_dir = tempfile.mkdtemp(prefix="npu-resolver-metrics-")
+            multiproc_dir = tempfile.mkdtemp(prefix=_folder_prefix("metrics"))
         except OSError as exc:  # the workers' metrics need it: a start failure, said plainly
             why = f"metrics of --workers need a temporary folder: {exc}"
             say("start_failed", "ERROR", error=why)
@@ -276,11 +279,52 @@ def run_workers(settings: ServerSettings) -> int:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
 
 
+_FOLDER: Final = re.compile(r"npu-resolver-(?:metrics|workers)-([0-9]+)-[^/]+")
+
+
+def _folder_prefix(kind: str) -> str:
+    """A temporary folder's name carries its supervisor's pid, so that one left by a killed
+    supervisor can be told from a running server's."""
+    return f"npu-resolver-{kind}-{os.getpid()}-"
+
+
+def _remove_stale_folders() -> None:
+    """The temporary folders of supervisors that were killed (SIGKILL, the OOM killer) before
+    they could remove them: a pod's /tmp outlives its container, and each restart would leave
+    a few MiB of worker metrics. A folder is stale when its supervisor is gone, or has this
+    process's pid (a container's PID 1 restarted); only this user's folders are touched."""
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        found = _FOLDER.fullmatch(entry.name)
+        if found is None:
+            continue
+        pid = int(found.group(1))
+        with contextlib.suppress(OSError):
+            if entry.lstat().st_uid != os.getuid() or not entry.is_dir() or entry.is_symlink():
+                continue
+            if pid == os.getpid() or not _alive(pid):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
 def _marks_folder() -> Path | None:
     """A private temporary folder for the workers' reload marks; without one (no writable
     temporary folder) the server still serves, and says what it cannot promise."""
     try:
-        return Path(tempfile.mkdtemp(prefix="npu-resolver-workers-"))
+        return Path(tempfile.mkdtemp(prefix=_folder_prefix("workers")))
     except OSError as exc:
         say(
             "reload_marks_unavailable",
