@@ -223,6 +223,52 @@ def test_workers_remove_the_temporary_folders_a_killed_supervisor_left(tmp_path:
     assert not list(tmp_path.glob(f"npu-resolver-*-{server.pid}-*"))
 
 
+def _reload_failures(metrics_port: int, expected: float) -> float:
+    """The counter once it reaches `expected` (a worker counts just after its log line), or
+    after 5 s, read again a moment later so that a count too many would show too."""
+    deadline = time.monotonic() + 5
+    while _reload_failures_now(metrics_port) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return _reload_failures_now(metrics_port)
+
+
+def _reload_failures_now(metrics_port: int) -> float:
+    page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+    line = next(
+        line
+        for line in page.read().decode().splitlines()
+        if line.startswith("npu_resolver_policy_reload_failures_total ")
+    )
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
+    tmp_path: Path,
+) -> None:
+    """One worker counts the failures all workers see alike. When it is killed and its restart
+    fails on the bad file, a further bad push is still counted, by a worker that serves."""
+    metrics_port = free_port()
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}  # only the signal reloads
+    args = ["--workers", "2", "--metrics-port", str(metrics_port), "--policy", str(policy)]
+    with ProcessServer(args, env=env) as server:
+        serving = server.wait_for("serving", 2)
+        for text, failures in (("bad = [[[", 1), ("worse = ]]]", 2)):
+            staged = tmp_path / "staged.toml"
+            staged.write_text(text)
+            staged.replace(policy)
+            seen = len(server.events("policy_reload_failed"))
+            server.signal(signal.SIGHUP)
+            server.wait_for("policy_reload_failed", seen + (2 if failures == 1 else 1))
+            assert _reload_failures(metrics_port, failures) == failures, server.raw[-10:]
+            if failures == 1:  # the first worker goes; its restart fails on the bad file
+                first = next(int(e["pid"]) for e in serving if e["worker"] == 0)
+                os.kill(first, signal.SIGKILL)
+                server.wait_for("worker_restart_failed")
+
+
 def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> None:
     """One worker answers the call; every worker reads the file (the watcher is slowed here,
     so only the call can have told them)."""

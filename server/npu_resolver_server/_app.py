@@ -32,6 +32,7 @@ from ._policy_store import PolicyStore
 from ._reload_marks import (
     DEADLINE_MARGIN_S,
     WAIT_S,
+    FailureCounter,
     ReloadMarks,
     hold_sighup,
     now_ns,
@@ -467,7 +468,12 @@ def run_worker(
         start_tracing()
     metrics = None
     if settings.metrics_port:
-        metrics = Metrics(counts_reload_failures=worker == 0)
+        # Taken by the first worker to see a failure (a worker whose start fails sees none),
+        # and by another once that one is gone; with no shared folder, the first worker counts.
+        counts: bool | FailureCounter = worker == 0
+        if marks_folder is not None:
+            counts = FailureCounter(marks_folder)
+        metrics = Metrics(counts_reload_failures=counts)
         if serve_metrics:
             from ._metrics import start_http
 

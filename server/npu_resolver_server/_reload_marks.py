@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 import time
@@ -119,3 +120,34 @@ def forget(folder: Path, pid: int | str) -> None:
     """A worker exited: its mark goes (the supervisor's part; a new pid may reuse the name)."""
     with contextlib.suppress(OSError):
         (folder / str(pid)).unlink()
+
+
+class FailureCounter:
+    """Which worker counts policy reload failures under --workers: the one holding a lock on a
+    file in the marks folder. Every worker reads the same file and fails alike, so one counts
+    (the sum is the number of bad pushes). The first worker to see a failure takes the lock;
+    when it dies, the kernel frees it and the next worker to see one takes it over, so no
+    failure goes uncounted while the one that counted is down (its restart failing on that very
+    file, say: a start that fails sees no reload, so never holds the lock)."""
+
+    NAME: Final = "reload-failures.lock"
+
+    def __init__(self, folder: Path) -> None:
+        self._path = folder / self.NAME
+        self._fd: int | None = None
+
+    def __call__(self) -> bool:
+        """Whether this worker counts: it holds the lock, or takes it now."""
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:  # the folder is gone: the server is stopping
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another live worker counts
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
