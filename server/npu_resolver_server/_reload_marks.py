@@ -49,7 +49,7 @@ def now_ns() -> int:
     return time.monotonic_ns()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -93,7 +93,7 @@ class ReloadMarks:
             except (OSError, ValueError):  # gone since, or being replaced: read next time
                 mark = -1
             pid = int(entry.name)
-            if _alive(pid):
+            if alive(pid):
                 marks[pid] = mark
         return marks
 

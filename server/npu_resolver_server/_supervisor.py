@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ._reload_marks import forget, hold_sighup
+from ._reload_marks import alive, forget, hold_sighup
 from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -306,18 +306,8 @@ def _remove_stale_folders() -> None:
         with contextlib.suppress(OSError):
             if entry.lstat().st_uid != os.getuid() or not entry.is_dir() or entry.is_symlink():
                 continue
-            if pid == os.getpid() or not _alive(pid):
+            if pid == os.getpid() or not alive(pid):
                 shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def _marks_folder() -> Path | None:
