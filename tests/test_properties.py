@@ -389,3 +389,129 @@ def test_a_value_spelt_another_way_resolves_as_its_canonical_spelling(data: st.D
     assert spelt.options == plain.options and spelt.fingerprint == plain.fingerprint
     noted = [d for d in spelt.diagnostics if d.code is Code.NORMALIZED and d.option == option.name]
     assert len(noted) == (text != canonical)
+
+
+_SPELT = {
+    "enable_scope_fusion_passes": "ScopeLayerNormPass",
+    "stream_max_parallel_num": "DNN_VM_AICPU:10",
+    "aicore_num": "2|4",
+    "local_device_list": "0,1",
+    "optypelist_for_implmode": "Pooling",
+    "dynamic_inputs_shape_range": "data:[1,2]",
+}
+"""A value of each string option with a grammar, as the source's examples write them."""
+
+
+def _meant(option: Any) -> list[Any]:
+    """Values an option takes somewhere: its defaults, choices and range bounds, a path for a
+    string without choices. Random JSON would make nearly every policy one the loader refuses."""
+    values: list[Any] = [d.value for d in option.defaults] + list(option.choices)
+    for bound in option.ranges:
+        values += [v for v in (bound.minimum, bound.maximum) if isinstance(v, int)]
+    if option.type.value == "bool":
+        values += [True, False]
+    if not values and option.type.value in ("str", "path"):
+        values.append(_SPELT.get(option.name, "/p/x.cfg"))
+    if option.type.value in ("any", "object"):
+        values.append({})
+    unique = {json.dumps(v, sort_keys=True): v for v in values}
+    return list(unique.values()) or [1]
+
+
+_MEANT: dict[str, list[Any]] = {o.name: _meant(o) for o in CATALOG.options}
+_POLICY_TABLES = ["defaults", "locked"]
+
+
+@st.composite
+def meant_config(draw: st.DrawFn, max_size: int) -> dict[str, Any]:
+    """Options of the example's shared pool, so that a config and a policy meet on the same
+    options (drawn from all 62, they would rarely touch): locks over the caller's values,
+    defaults beside them, the cross rules between them."""
+    pool = draw(_POOL)
+    names = draw(st.lists(st.sampled_from(pool), max_size=max_size, unique=True))
+    return {name: draw(st.sampled_from(_MEANT[name])) for name in names}
+
+
+_POOL = st.shared(
+    st.lists(st.sampled_from(OPTION_NAMES), min_size=2, max_size=12, unique=True), key="pool"
+)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> str:
+    """A policy's TOML text: a few options' defaults and locks, for every product or one."""
+    lines: list[str] = []
+    places = st.tuples(
+        st.sampled_from([None, *(p.id for p in PRODUCTS)]), st.sampled_from(_POLICY_TABLES)
+    )
+    for product, table in draw(st.lists(places, min_size=1, max_size=3, unique=True)):
+        where = f"products.{product}." if product else ""
+        lines.append(f"[profiles.default.{where}{table}]")
+        entries = draw(meant_config(4))
+        lines += [f"{name} = {_toml(value)}" for name, value in entries.items()]
+    return "\n".join(lines) + "\n"
+
+
+_ATTACHMENTS = st.dictionaries(
+    st.sampled_from(["aoe_config_file", "modify_mixlist"]),
+    st.sampled_from(
+        [
+            '{"tune_ops_type": ["Add"], "feature": ["deeper_opat"]}',
+            '{"tune_ops_type": ["Add"], "feature": ["nonhomo_split"]}',
+            '{"ops": [{"op_type": "Add", "dtype": "float16"}]}',
+        ]
+    ),
+    max_size=2,
+)
+
+
+meant_requests = st.builds(
+    ResolveRequest,
+    product=st.sampled_from([p.id for p in PRODUCTS]),
+    config=meant_config(12),
+    env=st.dictionaries(st.sampled_from(NAMED_ENV_VARS), env_values, max_size=4),
+)
+
+
+@FAST
+@given(meant_requests, policies(), st.booleans(), _ATTACHMENTS)
+def test_valid_answers_under_a_policy_are_fixpoints(
+    request: ResolveRequest, policy_text: str, strict: bool, attachments: dict[str, str]
+) -> None:
+    """The contract's fixpoint holds with a policy too: its defaults and locks, the rules that
+    give way to them or leave them quietly (R-AOE-5), under strict, with attached files."""
+    from npu_resolver import PolicyError, parse_policy
+
+    try:
+        policy = parse_policy(policy_text)
+    except PolicyError:
+        return  # a policy the loader refuses never reaches a request
+    asked = ResolveRequest(
+        product=request.product,
+        config=request.config,
+        env=request.env,
+        strict=strict,
+        attachments=attachments,
+    )
+    first = resolve(asked, policy=policy)
+    if not first.ok:
+        return
+    again = resolve(
+        ResolveRequest(
+            product=first.product,
+            config=dict(first.options),
+            env=request.env,
+            strict=strict,
+            attachments=attachments,
+        ),
+        policy=policy,
+    )
+    assert again.ok, (policy_text, again.diagnostics)
+    assert again.options == first.options
+    assert again.fingerprint == first.fingerprint
