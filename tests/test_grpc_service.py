@@ -127,12 +127,21 @@ def test_client_raises_one_error_type_with_the_report(client: ResolverClient) ->
         ),
         (ResolveRequest(product="atlas-a2", config={"precison_mode": 1}), "config.precison_mode"),
         (ResolveRequest(product="atlas-a2", attachments={"nope": "x"}), "attachments.nope"),
+        # Unknown options named like request fields (a whole request passed as its config):
+        # the config is at fault, not the request's product, env or attachments.
+        (ResolveRequest(product="atlas-a2", config={"product": "atlas-a2"}), "config.product"),
+        (ResolveRequest(product="atlas-a2", config={"env.HOME": "/x"}), "config.env.HOME"),
+        (ResolveRequest(product="atlas-a2", config={"config": {}}), "config.config"),
+        (
+            ResolveRequest(product="atlas-a2", config={"attachments.x": "y"}),
+            "config.attachments.x",
+        ),
     ],
 )
 def test_violation_fields(client: ResolverClient, request_: ResolveRequest, field: str) -> None:
     with pytest.raises(ResolveError) as info:
         client.resolve_request(request_)
-    assert field in [v.field for v in info.value.violations]
+    assert [v.field for v in info.value.violations] == [field]
 
 
 def test_validate_only_returns_the_report_with_ok_status(client: ResolverClient) -> None:

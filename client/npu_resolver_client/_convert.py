@@ -19,6 +19,7 @@ from npu_resolver import (
     ENV_VARS,
     MAX_EXACT_INT,
     PATH_KEYS,
+    Code,
     Diagnostic,
     DiffCell,
     DiffResult,
@@ -210,11 +211,15 @@ def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
     return data
 
 
-def violation_field(option: str) -> str:
+def violation_field(diagnostic: Diagnostic) -> str:
     """The google.rpc.BadRequest field that names a diagnostic's `option`: the server writes it,
-    and the client rebuilds it for a report it had to ask for again."""
-    if option in ("product", "profile", "config", "attachments") or option.startswith(
-        ("env.", "attachments.")
+    and the client rebuilds it for a report it had to ask for again. An unknown option is always
+    in `config`, whatever its name (a config holding a key 'product' or 'env.HOME' must not
+    blame the request's product or env field)."""
+    option = diagnostic.option
+    if diagnostic.code is not Code.UNKNOWN_OPTION and (
+        option in ("product", "profile", "config", "attachments")
+        or option.startswith(("env.", "attachments."))
     ):
         return option
     return f"config.{option}"

@@ -148,12 +148,12 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
     errors = resolution.errors
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
-            field=violation_field(d.option), reason=d.code.value, description=d.message
+            field=violation_field(d), reason=d.code.value, description=d.message
         )
         for d in errors
     ]
     first = errors[0]
-    text = _cut(f"{violation_field(first.option)}: {first.code.value}: {first.message}")
+    text = _cut(f"{violation_field(first)}: {first.code.value}: {first.message}")
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     bad_request = error_details_pb2.BadRequest(field_violations=violations)
