@@ -158,9 +158,11 @@ def _set_value(value: struct_pb2.Value, data: JSON) -> None:
         value.number_value = data
     elif isinstance(data, str):
         value.string_value = data
-    elif isinstance(data, Mapping):
+    elif isinstance(data, Mapping):  # SetInParent: an empty one is a value too, not unset
+        value.struct_value.SetInParent()
         value.struct_value.update(data)
     elif isinstance(data, Sequence):
+        value.list_value.SetInParent()
         value.list_value.extend(data)
     else:
         raise TypeError(f"{type(data).__name__} is not a JSON value")

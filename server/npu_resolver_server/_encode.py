@@ -39,7 +39,6 @@ _MEMO_SCALARS: Final = frozenset({str, int, bool, type(None)})
 """Value types whose equality, with the type, implies equal bytes (not floats: 0.0 == -0.0)."""
 _UNSET_TYPE: Final = type(Provenance(Source.DEFAULT).requested)  # the core's 'no requested value'
 _MEMO_REQUESTED: Final = _MEMO_SCALARS | {_UNSET_TYPE}
-_CONTAINERS: Final = frozenset({dict, list, tuple})
 
 
 class UnsupportedValueError(Exception):
@@ -300,8 +299,7 @@ def _provenance_entry(key: _ProvenanceKey) -> bytes:
     name, (source, rules, requested, env_var, detail), kind = key
     parts = [b"\x08" + varint(SOURCE_TO_PB[source])]
     parts += [_text(b"\x12", rule) for rule in rules]
-    if kind is not _UNSET_TYPE and (requested or kind not in _CONTAINERS):
-        # An empty object or list leaves `requested` unset in the reference path.
+    if kind is not _UNSET_TYPE:  # an empty object or list is a value asked for too
         parts.append(field(3, _value(requested)))
     parts.append(_optional_text(b"\x22", env_var))
     parts.append(_optional_text(b"\x2a", detail))
