@@ -149,6 +149,17 @@ def test_huge_config_is_one_clear_error() -> None:
     assert result.diagnostics[0].option == "config"
 
 
+def as_ints(value: Any) -> Any:
+    """The documented text's numbers: an integral float within 2**53 as the int it equals."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: as_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_ints(v) for v in value]
+    return value
+
+
 @FAST
 @given(requests)
 def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) -> None:
@@ -158,7 +169,7 @@ def test_fingerprint_is_the_hash_of_the_canonical_json(request: ResolveRequest) 
         assert not result.ok and not result.options
         return
     text = json.dumps(
-        {"options": result.options, "product": result.product},
+        {"options": as_ints(result.options), "product": result.product},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -180,16 +191,41 @@ def test_fingerprint_of_any_mapping_json_can_write() -> None:
         {"a": 1, "b": [1, {"c": None}]},
         {"x": "é" * 2000},
     )
-    for options in (*cases, {"f": -0.0}):
+    for options in (*cases, {"f": -0.0}, {"f": 2.5}, {"f": 1e300}):
         for _ in range(2):  # the second time from the memo
             text = json.dumps(
-                {"options": options, "product": "atlas-a2"},
+                {"options": as_ints(options), "product": "atlas-a2"},
                 sort_keys=True,
                 separators=(",", ":"),
                 ensure_ascii=False,
             )
             expected = hashlib.sha256(text.encode()).hexdigest()[:16]
             assert fingerprint("atlas-a2", options) == expected
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"b": [1, 2.0]}, {"b": [1, 2]}),
+        ({"x": -0.0}, {"x": 0}),
+        ({"x": {"y": [0.0, {"z": 3.0}]}}, {"x": {"y": [0, {"z": 3}]}}),
+        ({"x": 9007199254740991.0}, {"x": 9007199254740991}),
+    ],
+)
+def test_options_that_compare_equal_have_equal_fingerprints(
+    one: dict[str, Any], other: dict[str, Any]
+) -> None:
+    """A number travels as JSON writes it (2.0) or as a Struct's double: equal values, one hash.
+    In process and through a server the same config gets the same fingerprint."""
+    assert one == other
+    options = {"experimental_config": one}
+    assert fingerprint("atlas-a2", options) == fingerprint(
+        "atlas-a2", {"experimental_config": other}
+    )
+    a = resolve(ResolveRequest(product="atlas-a2", config=options))
+    b = resolve(ResolveRequest(product="atlas-a2", config={"experimental_config": other}))
+    assert a.fingerprint == b.fingerprint
+    assert fingerprint("atlas-a2", {"x": 0.5}) != fingerprint("atlas-a2", {"x": 0})
 
 
 @pytest.mark.parametrize(

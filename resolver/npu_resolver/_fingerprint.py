@@ -38,11 +38,33 @@ _encode_value: Final = (
 float formatter) on every call, most of the cost of encoding a small object."""
 
 
+_EXACT: Final = 2**53
+
+
+def _alike(value: Any) -> Any:
+    """`value` with every integral float written as the int it equals (2.0 as 2, -0.0 as 0):
+    numbers that compare equal hash alike, so equal options get equal fingerprints however
+    they travelled (a Struct carries every number as a double, and JSON text may write 2 as
+    2.0). A float past 2**53, NaN and the infinities stay as they are."""
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() and -_EXACT < value < _EXACT else value
+    if kind is dict:
+        return {key: _alike(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_alike(item) for item in value]
+    return value
+
+
 def _value_text(value: JSON) -> str:
-    """canonical_json(value) for a value not memoized (an object, a list, a float). A value
-    that holds itself (never one the resolver took: each is walked to a bounded depth first)
-    recurses to the limit here and is then encoded by canonical_json, which says so as it
-    always did."""
+    """canonical_json(value) for a value not memoized (an object, a list, a float), its numbers
+    written alike (_alike). A value that holds itself (never one the resolver took: each is
+    walked to a bounded depth first) recurses to the limit and is then encoded by
+    canonical_json, which says so as it always did."""
+    try:
+        value = _alike(value)
+    except RecursionError:
+        return canonical_json(value)
     if _encode_value is None:  # a Python without json's C accelerator
         return canonical_json(value)
     try:
@@ -101,6 +123,8 @@ def digest(product: str, fragments: list[str]) -> str:
 def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
     """A stable hash of product + options: equal configs, equal fingerprints.
 
-    The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys).
+    The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys, no
+    spaces, UTF-8), an integral float within 2**53 written as the int it equals (2.0 as 2,
+    -0.0 as 0), so that options that compare equal hash alike.
     """
     return digest(product, [fragment(name, options[name]) for name in sorted(options)])
