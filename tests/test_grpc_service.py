@@ -955,23 +955,38 @@ def test_metrics_count_calls() -> None:
         assert value("npu_resolver_policy_info", {"version": ""}) == 1
 
 
-def test_batch_whose_reply_would_not_fit_is_refused_with_the_reason() -> None:
-    """Better a clear RESOURCE_EXHAUSTED naming the limit than gRPC failing to send the reply."""
+def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:
+    """gRPC would refuse to send the whole reply; the items answered within the message limit
+    keep their answers, and each one after says, as its own RESOURCE_EXHAUSTED, from which item
+    to send them again (the proto: a batch never fails as a whole for one item)."""
     settings = ServerSettings(port=0, max_message_bytes=64 * 1024)
     requests = [
         ResolveRequest("atlas-a2", {"hccl_timeout": 600 + i}, workdir=f"/jobs/{i}")
         for i in range(200)
     ]
     with ThreadServer(settings) as server, ResolverClient(server.target) as client:
-        with pytest.raises(ResolverCallError) as info:
-            client.resolve_batch(requests)
-        assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "send smaller batches" in info.value.details
-        assert len(client.resolve_batch(requests[:10])) == 10  # a batch that fits still works
+        results = client.resolve_batch(requests)
+        assert len(results) == 200
+        answered = [r for r in results if isinstance(r, Resolution)]
+        first = len(answered)
+        assert 0 < first < 200 and all(isinstance(r, Resolution) for r in results[:first])
+        for left in results[first:]:
+            assert isinstance(left, ResolveFailure)
+            assert left.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert left.message == (
+                "not answered: the batch's reply reached its 65536 byte message limit at item "
+                f"{first} of 200 (counting from 0); send the items from {first} on in another call"
+            )
+        for result, request_ in zip(answered, requests, strict=False):
+            assert result.options["hccl_timeout"] == request_.config["hccl_timeout"]
+        again = client.resolve_batch(requests[first : first + 10])  # as the message says
+        assert all(isinstance(r, Resolution) for r in again)
 
 
 def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
-    """The versions written after the items count too: a reply never exceeds the limit."""
+    """The versions written after the items count too: a reply never exceeds the limit. One
+    byte short, the last item is left out with its reason; when not even the reasons fit (a
+    tiny limit), the call is refused whole, saying so."""
     one = [ResolveRequest("atlas-a2", {"hccl_timeout": 600}, workdir="/jobs/0")]
     with ThreadServer(ServerSettings(port=0)) as server, ResolverClient(server.target) as client:
         items = len(client.resolve_batch(one * 3))
@@ -980,15 +995,21 @@ def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
         with grpc.insecure_channel(server.target) as channel:
             call = channel.unary_unary("/npu.resolver.v1.Resolver/ResolveBatch")
             exact = len(call(raw.SerializeToString(), timeout=10))
-    for limit, fits in ((exact, True), (exact - 1, False)):
+    for limit in (exact, exact - 1):
         settings = ServerSettings(port=0, max_message_bytes=limit)
         with ThreadServer(settings) as server, ResolverClient(server.target) as client:
-            if fits:
-                assert len(client.resolve_batch(one * 3)) == 3
+            results = client.resolve_batch(one * 3)
+            kinds = [type(r).__name__ for r in results]
+            if limit == exact:
+                assert kinds == ["Resolution"] * 3
             else:
-                with pytest.raises(ResolverCallError) as info:
-                    client.resolve_batch(one * 3)
-                assert "send smaller batches" in info.value.details
+                assert kinds == ["Resolution", "Resolution", "ResolveFailure"]
+    settings = ServerSettings(port=0, max_message_bytes=1024)
+    with ThreadServer(settings) as server, ResolverClient(server.target) as client:
+        with pytest.raises(ResolverCallError) as info:
+            client.resolve_batch(one * 8)
+        assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "send smaller batches" in info.value.details
 
 
 def test_client_errors_survive_pickling(client: ResolverClient) -> None:

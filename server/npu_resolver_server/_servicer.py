@@ -251,6 +251,25 @@ def _config_refused(
     return npu_resolver.config_refused(message_.product, str(refused), policy_version=version)
 
 
+def _left_out(first: int, count: int, limit: int) -> bytes:
+    """The result of a batch item left out of a reply that reached the message limit at item
+    `first`: RESOURCE_EXHAUSTED, saying which items to send again (the same bytes for each)."""
+    return field(
+        1,
+        _batch_item(
+            Answer(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                message=(
+                    f"not answered: the batch's reply reached its {limit} byte message limit "
+                    f"at item {first} of {count} (counting from 0); send the items from {first} "
+                    "on in another call"
+                ),
+                ok=False,
+            )
+        ),
+    )
+
+
 def _batch_item(answer: Answer) -> bytes:
     """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
     if answer.code is grpc.StatusCode.OK:
@@ -620,6 +639,8 @@ class ResolverService:
             3, npu_resolver.CATALOG_VERSION.encode()
         )
         size = len(tail)
+        limit = self.limits.max_reply_bytes
+        reserve = len(_left_out(len(items), len(items), limit))  # the longest such result
         failed = 0
         codes: set[str] = set()
         seen: list[tuple[str, tuple[str, ...]]] = []
@@ -639,21 +660,29 @@ class ResolverService:
                         ok=False,
                     )
             answer = self._resolve_one(item_bytes[index], item, policy, version)
+            part = field(1, _batch_item(answer))
+            if size + len(part) + reserve * (len(items) - index - 1) > limit:
+                # gRPC would refuse to send the reply: the items answered so far keep their
+                # answers, and this one and the rest each say why they have none.
+                left_out = _left_out(index, len(items), limit)
+                if size + len(left_out) * (len(items) - index) > limit:
+                    return Answer(  # not even that fits (a tiny --max-message-bytes)
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        message=(
+                            "the reply to this batch would exceed the "
+                            f"{self.limits.max_reply_bytes} byte message limit after {index} "
+                            f"of {len(items)} items; send smaller batches"
+                        ),
+                        ok=False,
+                    )
+                parts += [left_out] * (len(items) - index)
+                failed += len(items) - index
+                break
             seen.append((answer.product, answer.codes))
             failed += answer.code is not grpc.StatusCode.OK
             codes.update(answer.codes)
-            parts.append(field(1, _batch_item(answer)))
-            size += len(parts[-1])
-            if size > self.limits.max_reply_bytes:  # gRPC would refuse to send the reply
-                return Answer(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    message=(
-                        f"the reply to this batch would exceed the {self.limits.max_reply_bytes} "
-                        f"byte message limit after {index + 1} of {len(items)} items; "
-                        "send smaller batches"
-                    ),
-                    ok=False,
-                )
+            parts.append(part)
+            size += len(part)
         if self.metrics is not None:  # only now: the caller gets these answers
             self.metrics.batch(len(parts) - failed, failed)
             for product, item_codes in seen:
