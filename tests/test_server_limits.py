@@ -54,6 +54,11 @@ def test_a_batch_over_the_item_limit_is_refused_naming_the_limit(
     code, reply = _call(grpc_target, BATCH, batch.SerializeToString())
     assert code is grpc.StatusCode.OK
     assert len(pb.ResolveBatchResponse.FromString(reply).results) == MAX_BATCH_ITEMS
+    # A full batch from a newer client, with a field this server does not know: still a batch.
+    unknown_field = b"\x12\x03new"  # field 2, length-delimited
+    code, reply = _call(grpc_target, BATCH, batch.SerializeToString() + unknown_field)
+    assert code is grpc.StatusCode.OK
+    assert len(pb.ResolveBatchResponse.FromString(reply).results) == MAX_BATCH_ITEMS
 
 
 def test_a_diff_names_each_product_once_and_at_most_the_limit(

@@ -115,6 +115,9 @@ def _status(
 
 
 MAX_BATCH_ITEMS: Final = 1000
+MAX_OTHER_BATCH_FIELDS: Final = 64
+"""Top-level fields of a batch besides its items (fields a newer client may add): a full batch
+with one of them is still a batch, and the walk before decoding stays bounded."""
 BATCH_SLICE: Final = 16
 """Items answered between two yields to the event loop."""
 BATCH_SLICE_S: Final = 0.02
@@ -595,10 +598,13 @@ class ResolverService:
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         # Walked field by field below, whatever its size: bound the fields first. Under 256 KiB
         # a batch still holds up to 131,072 empty items, which the walk would take 0.3 s over.
-        counts = count_fields(raw, MAX_BATCH_ITEMS + 1)
+        counts = count_fields(raw, MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS + 1)
         if counts is None and len(raw) > LARGE_REQUEST_BYTES:
             raise _unreadable(pb.ResolveBatchRequest)
-        if counts is not None and sum(counts.values()) > MAX_BATCH_ITEMS:
+        if counts is not None and (
+            counts.get(1, 0) > MAX_BATCH_ITEMS
+            or sum(counts.values()) > MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS
+        ):
             raise _RefusedError(
                 f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
                 "fields than that; split it into several calls",
