@@ -1241,13 +1241,15 @@ def test_metrics_labels_stay_bounded_and_count_only_answers_the_caller_got(
             for i in range(3):  # method names the caller makes up, and no token
                 with pytest.raises(grpc.RpcError):
                     channel.unary_unary(f"/npu.resolver.v1.Resolver/Bogus{i}")(b"", timeout=5)
-        with ResolverClient(server.target, token="t0k") as client, pytest.raises(ResolverCallError):
-            client.resolve_batch(batch)  # its reply would not fit in 4 kB
+        with ResolverClient(server.target, token="t0k") as client:
+            results = client.resolve_batch(batch)  # its reply does not fit in 4 kB whole
+    answered = sum(isinstance(result, Resolution) for result in results)
+    assert 0 < answered < len(batch)
     assert (
         value("npu_resolver_requests_total", {"method": "unknown", "code": "UNAUTHENTICATED"}) == 3
     )
     rounded = {"code": "ROUNDED", "product": "atlas-training"}
-    assert value("npu_resolver_diagnostics_total", rounded) is None  # the caller got none
+    assert value("npu_resolver_diagnostics_total", rounded) == answered  # only what it got
 
 
 @pytest.mark.parametrize("length", [8_000, 20_000])
