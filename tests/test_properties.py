@@ -210,6 +210,7 @@ def test_fingerprint_of_any_mapping_json_can_write() -> None:
         ({"x": -0.0}, {"x": 0}),
         ({"x": {"y": [0.0, {"z": 3.0}]}}, {"x": {"y": [0, {"z": 3}]}}),
         ({"x": 9007199254740991.0}, {"x": 9007199254740991}),
+        (OrderedDict(x=OrderedDict(y=4.0)), {"x": {"y": 4}}),  # fingerprint() is public
     ],
 )
 def test_options_that_compare_equal_have_equal_fingerprints(

@@ -46,12 +46,11 @@ def _alike(value: Any) -> Any:
     numbers that compare equal hash alike, so equal options get equal fingerprints however
     they travelled (a Struct carries every number as a double, and JSON text may write 2 as
     2.0). A float past 2**53, NaN and the infinities stay as they are."""
-    kind = type(value)
-    if kind is float:
+    if isinstance(value, float):  # a subclass too: json writes it as a float
         return int(value) if value.is_integer() and -_EXACT < value < _EXACT else value
-    if kind is dict:
+    if isinstance(value, dict):
         return {key: _alike(item) for key, item in value.items()}
-    if kind is list or kind is tuple:
+    if isinstance(value, list | tuple):
         return [_alike(item) for item in value]
     return value
 
