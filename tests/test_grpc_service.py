@@ -983,6 +983,27 @@ def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:
         assert all(isinstance(r, Resolution) for r in again)
 
 
+def test_a_batch_item_whose_answer_alone_passes_the_limit_does_not_stop_the_others() -> None:
+    """Sent again in a batch it would never fit: it gets its own RESOURCE_EXHAUSTED saying to
+    use Resolve (which cuts a long report to fit), and the items after it are answered."""
+    ok = ResolveRequest("atlas-a2", {"hccl_timeout": 600})
+    big = ResolveRequest("atlas-a2", {f"zz_unknown_option_{i}": i for i in range(500)})
+    settings = ServerSettings(port=0, max_message_bytes=65536)
+    with (
+        ThreadServer(settings) as server,
+        ResolverClient(server.target, max_message_bytes=65536) as client,
+    ):
+        first, middle, last = client.resolve_batch([ok, big, ok])
+        assert isinstance(first, Resolution) and isinstance(last, Resolution)
+        assert isinstance(middle, ResolveFailure)
+        assert middle.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert middle.message.startswith("not answered: this item's answer alone takes ")
+        assert "send it with Resolve" in middle.message
+        with pytest.raises(ResolveError) as info:  # as the message says
+            client.resolve_request(big)
+        assert info.value.violations
+
+
 def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
     """The versions written after the items count too: a reply never exceeds the limit. One
     byte short, the last item is left out with its reason; when not even the reasons fit (a

@@ -150,8 +150,8 @@ def test_huge_config_is_one_clear_error() -> None:
 
 
 def as_ints(value: Any) -> Any:
-    """The documented text's numbers: an integral float within 2**53 as the int it equals."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+    """The documented text's numbers: an integral float up to 2**53 as the int it equals."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
         return int(value)
     if isinstance(value, dict):
         return {k: as_ints(v) for k, v in value.items()}
@@ -211,6 +211,7 @@ def test_fingerprint_of_any_mapping_json_can_write() -> None:
         ({"x": {"y": [0.0, {"z": 3.0}]}}, {"x": {"y": [0, {"z": 3}]}}),
         ({"x": 9007199254740991.0}, {"x": 9007199254740991}),
         (OrderedDict(x=OrderedDict(y=4.0)), {"x": {"y": 4}}),  # fingerprint() is public
+        ({"x": 2.0**53, "y": -(2.0**53)}, {"x": 2**53, "y": -(2**53)}),  # the wire's bound too
     ],
 )
 def test_options_that_compare_equal_have_equal_fingerprints(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, Final
 
-from ._model import JSON, MAX_MEMO_TEXT, keep
+from ._model import JSON, MAX_EXACT_INT, MAX_MEMO_TEXT, keep
 
 _FRAGMENTS: dict[tuple[str, type, JSON], str] = {}
 _MAX_FRAGMENTS: Final = 4096
@@ -38,16 +38,16 @@ _encode_value: Final = (
 float formatter) on every call, most of the cost of encoding a small object."""
 
 
-_EXACT: Final = 2**53
+_EXACT: Final = MAX_EXACT_INT
 
 
 def _alike(value: Any) -> Any:
     """`value` with every integral float written as the int it equals (2.0 as 2, -0.0 as 0):
     numbers that compare equal hash alike, so equal options get equal fingerprints however
     they travelled (a Struct carries every number as a double, and JSON text may write 2 as
-    2.0). A float past 2**53, NaN and the infinities stay as they are."""
+    2.0). A float past 2**53 (as the wire reads them), NaN and the infinities stay as they are."""
     if isinstance(value, float):  # a subclass too: json writes it as a float
-        return int(value) if value.is_integer() and -_EXACT < value < _EXACT else value
+        return int(value) if value.is_integer() and -_EXACT <= value <= _EXACT else value
     if isinstance(value, dict):
         return {key: _alike(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -123,7 +123,7 @@ def fingerprint(product: str, options: Mapping[str, JSON]) -> str:
     """A stable hash of product + options: equal configs, equal fingerprints.
 
     The hashed text is the canonical JSON of {"options": ..., "product": ...} (sorted keys, no
-    spaces, UTF-8), an integral float within 2**53 written as the int it equals (2.0 as 2,
+    spaces, UTF-8), an integral float up to 2**53 written as the int it equals (2.0 as 2,
     -0.0 as 0), so that options that compare equal hash alike.
     """
     return digest(product, [fragment(name, options[name]) for name in sorted(options)])

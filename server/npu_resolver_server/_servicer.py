@@ -273,6 +273,20 @@ def _left_out(first: int, count: int, limit: int) -> bytes:
     )
 
 
+def _alone_too_large(size: int, limit: int) -> Answer:
+    """A batch item whose own answer is over the message limit: sent again in a batch it would
+    never fit, so it says what to do instead (Resolve cuts a long report to fit its trailer)."""
+    return Answer(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        message=(
+            f"not answered: this item's answer alone takes {size} bytes, over the batch reply's "
+            f"{limit} byte message limit; send it with Resolve (or validate_only), which cuts "
+            "a long report to fit"
+        ),
+        ok=False,
+    )
+
+
 def _batch_item(answer: Answer) -> bytes:
     """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
     if answer.code is grpc.StatusCode.OK:
@@ -606,8 +620,9 @@ class ResolverService:
             or sum(counts.values()) > MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS
         ):
             raise _RefusedError(
-                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more "
-                "fields than that; split it into several calls",
+                f"a batch takes at most {MAX_BATCH_ITEMS} requests (and "
+                f"{MAX_OTHER_BATCH_FIELDS} other fields), this one has more fields than that; "
+                "split it into several calls",
                 "requests",
                 "TOO_MANY_REQUESTS",
             )
@@ -667,6 +682,9 @@ class ResolverService:
                     )
             answer = self._resolve_one(item_bytes[index], item, policy, version)
             part = field(1, _batch_item(answer))
+            if len(tail) + len(part) > limit:  # this item's answer fits in no batch reply
+                answer = _alone_too_large(len(part), limit)
+                part = field(1, _batch_item(answer))
             if size + len(part) + reserve * (len(items) - index - 1) > limit:
                 # gRPC would refuse to send the reply: the items answered so far keep their
                 # answers, and this one and the rest each say why they have none.
