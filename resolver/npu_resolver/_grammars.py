@@ -155,6 +155,9 @@ _PATH_OK: Final = re.compile(r"[A-Za-z0-9_\-./\u4e00-\u9fff\u3400-\u4dbf]*")
 checked one by one (path_char_ok)."""
 _PATH_PUNCTUATION: Final = frozenset("_-./")
 _IDEOGRAPH_NAMES: Final = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH")
+_IDEOGRAPHIC_ZERO: Final = "\u3007"
+"""〇, the Chinese numeral zero of dates such as 二〇二六: an ideograph by Unicode's own property,
+though its block is punctuation's."""
 
 
 def path_char_ok(char: str) -> bool:
@@ -162,7 +165,7 @@ def path_char_ok(char: str) -> bool:
     CJK ideograph, the extension blocks beyond U+FFFF and the compatibility ones included."""
     if char.isascii():
         return char.isalnum() or char in _PATH_PUNCTUATION
-    return unicodedata.name(char, "").startswith(_IDEOGRAPH_NAMES)
+    return char == _IDEOGRAPHIC_ZERO or unicodedata.name(char, "").startswith(_IDEOGRAPH_NAMES)
 
 
 @memoized
