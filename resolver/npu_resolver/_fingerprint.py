@@ -38,16 +38,15 @@ _encode_value: Final = (
 float formatter) on every call, most of the cost of encoding a small object."""
 
 
-_EXACT: Final = MAX_EXACT_INT
-
-
 def _alike(value: Any) -> Any:
     """`value` with every integral float written as the int it equals (2.0 as 2, -0.0 as 0):
     numbers that compare equal hash alike, so equal options get equal fingerprints however
     they travelled (a Struct carries every number as a double, and JSON text may write 2 as
     2.0). A float past 2**53 (as the wire reads them), NaN and the infinities stay as they are."""
     if isinstance(value, float):  # a subclass too: json writes it as a float
-        return int(value) if value.is_integer() and -_EXACT <= value <= _EXACT else value
+        return (
+            int(value) if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT else value
+        )
     if isinstance(value, dict):
         return {key: _alike(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

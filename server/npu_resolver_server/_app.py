@@ -336,11 +336,11 @@ async def serve(
     """Run one worker until SIGTERM/SIGINT, or until its supervisor (`parent`) is gone, then
     drain. Returns the exit status."""
     started = now_ns()
-    ends: list[float] = []  # once stopping: when the drain's grace runs out (monotonic)
     first_stop: list[float] = []  # once stopping: when the first stop came (monotonic)
+    drain_s = settings.drain_delay_seconds + settings.grace_seconds
 
     def stopping() -> float | None:
-        return ends[0] - time.monotonic() if ends else None
+        return first_stop[0] + drain_s - time.monotonic() if first_stop else None
 
     try:
         built = create_server(
@@ -362,9 +362,8 @@ async def serve(
             task = loop.create_task(built.server.stop(0))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        if not ends:
+        if not first_stop:
             first_stop.append(time.monotonic())
-            ends.append(first_stop[0] + settings.drain_delay_seconds + settings.grace_seconds)
         stop.set()
         log.info(
             "draining",

@@ -254,22 +254,17 @@ def _config_refused(
     return npu_resolver.config_refused(message_.product, str(refused), policy_version=version)
 
 
-def _left_out(first: int, count: int, limit: int) -> bytes:
-    """The result of a batch item left out of a reply that reached the message limit at item
-    `first`: RESOURCE_EXHAUSTED, saying which items to send again (the same bytes for each)."""
-    return field(
-        1,
-        _batch_item(
-            Answer(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                message=(
-                    f"not answered: the batch's reply reached its {limit} byte message limit "
-                    f"at item {first} of {count} (counting from 0); send the items from {first} "
-                    "on in another call"
-                ),
-                ok=False,
-            )
+def _left_out(first: int, count: int, limit: int) -> Answer:
+    """A batch item left out of a reply that reached the message limit at item `first`:
+    RESOURCE_EXHAUSTED, saying which items to send again (the same for each)."""
+    return Answer(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        message=(
+            f"not answered: the batch's reply reached its {limit} byte message limit at item "
+            f"{first} of {count} (counting from 0); send the items from {first} on in another "
+            "call"
         ),
+        ok=False,
     )
 
 
@@ -287,12 +282,13 @@ def _alone_too_large(size: int, limit: int) -> Answer:
     )
 
 
-def _batch_item(answer: Answer) -> bytes:
-    """A ResolveBatchResult from an answer's bytes, with no re-parsing."""
+def _batch_result(answer: Answer) -> bytes:
+    """A `results` item of ResolveBatchResponse (with its tag and length) from an answer's
+    bytes, with no re-parsing."""
     if answer.code is grpc.StatusCode.OK:
-        return field(1, answer.payload)  # result.response
+        return field(1, field(1, answer.payload))  # result.response
     status = answer.status_details or _status(answer.code, answer.message, []).SerializeToString()
-    return field(2, status)  # result.status
+    return field(1, field(2, status))  # result.status
 
 
 def parse(kind: type[M], raw: bytes) -> M:
@@ -661,7 +657,7 @@ class ResolverService:
         )
         size = len(tail)
         limit = self.limits.max_reply_bytes
-        reserve = len(_left_out(len(items), len(items), limit))  # the longest such result
+        reserve = len(_batch_result(_left_out(len(items), len(items), limit)))  # the longest
         failed = 0
         codes: set[str] = set()
         seen: list[tuple[str, tuple[str, ...]]] = []
@@ -681,21 +677,20 @@ class ResolverService:
                         ok=False,
                     )
             answer = self._resolve_one(item_bytes[index], item, policy, version)
-            part = field(1, _batch_item(answer))
+            part = _batch_result(answer)
             if len(tail) + len(part) > limit:  # this item's answer fits in no batch reply
                 answer = _alone_too_large(len(part), limit)
-                part = field(1, _batch_item(answer))
+                part = _batch_result(answer)
             if size + len(part) + reserve * (len(items) - index - 1) > limit:
                 # gRPC would refuse to send the reply: the items answered so far keep their
                 # answers, and this one and the rest each say why they have none.
-                left_out = _left_out(index, len(items), limit)
+                left_out = _batch_result(_left_out(index, len(items), limit))
                 if size + len(left_out) * (len(items) - index) > limit:
                     return Answer(  # not even that fits (a tiny --max-message-bytes)
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         message=(
-                            "the reply to this batch would exceed the "
-                            f"{self.limits.max_reply_bytes} byte message limit after {index} "
-                            f"of {len(items)} items; send smaller batches"
+                            f"the reply to this batch would exceed the {limit} byte message "
+                            f"limit after {index} of {len(items)} items; send smaller batches"
                         ),
                         ok=False,
                     )

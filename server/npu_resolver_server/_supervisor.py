@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -40,8 +41,8 @@ RESTART_BACKOFF_S: Final = 0.5
 FAILED_RESTART_BACKOFF_S: Final = 5.0
 
 
-_LEVELS: Final = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
-_SHOWN: Final = {"from": _LEVELS["INFO"]}
+_LEVELS: Final = logging.getLevelNamesMapping()
+_SHOWN: Final = {"from": logging.INFO}
 """The supervisor writes its own lines (it holds no logging setup to fork into workers): the
 least level it writes, from --log-level."""
 
