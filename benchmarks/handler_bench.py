@@ -30,7 +30,9 @@ from npu_resolver_client.wire import pb
 from npu_resolver_server import _logging
 from npu_resolver_server._cache import AnswerCache
 from npu_resolver_server._policy_store import PolicyStore
-from npu_resolver_server._servicer import ResolverService, parse_with_config, resolution_answer
+from npu_resolver_server._reading import parse_with_config
+from npu_resolver_server._replies import resolution_answer
+from npu_resolver_server._servicer import ResolverService
 from npu_resolver_server.settings import DEFAULT_CACHE_ENTRIES, DEFAULT_MAX_STRUCT_KEYS
 
 STAGES = ("parse", "build", "core", "encode")

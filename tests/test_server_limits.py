@@ -17,16 +17,14 @@ from npu_resolver import CATALOG, MAX_CONFIG_ITEMS, ResolveRequest, resolve
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
 from npu_resolver_server._encode import field, length_delimited, struct_items, varint
-from npu_resolver_server._servicer import (
-    MAX_BATCH_ITEMS,
-    MAX_DIFF_PRODUCTS,
+from npu_resolver_server._reading import MAX_MAP_ENTRIES, UNREADABLE, too_large
+from npu_resolver_server._replies import (
     STATUS_DETAILS_KEY,
     TRAILER_BYTES,
-    UNREADABLE,
     fit_trailer,
-    too_large,
     trailer_bytes,
 )
+from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DIFF_PRODUCTS
 from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
 
 RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
@@ -420,7 +418,6 @@ def test_a_request_with_more_top_level_entries_than_read_is_refused_unread(
     grpc_target: str,  # noqa: F811
     where: str,
 ) -> None:
-    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
 
     entries = {f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)}
     request = pb.ResolveRequest(product="atlas-a2", workdir=PADDING)
@@ -470,7 +467,6 @@ def test_a_struct_config_wider_than_read_is_the_in_process_report_unread(
 
 def _env_past_the_bound() -> pb.ResolveRequest:
     """A request over LARGE_REQUEST_BYTES with one env entry more than is read."""
-    from npu_resolver_server._servicer import MAX_MAP_ENTRIES
 
     return pb.ResolveRequest(
         product="atlas-a2",

@@ -13,7 +13,8 @@ from typing import Any, Final
 
 import grpc
 
-from ._servicer import ADMIN_METHODS, SERVICE, refuse
+from ._replies import refuse
+from ._servicer import ADMIN_METHODS, SERVICE
 from .settings import PID_METADATA_KEY
 
 AUTH_HEADER: Final = "authorization"

@@ -1,0 +1,221 @@
+"""What a call answers when it does not simply succeed: statuses with their details, fitted
+to a trailer, and a batch's items that carry one.
+
+A failed call's report travels in the trailer, which gRPC clients cap at 8 KiB: it is cut here to
+fit, never lost whole."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import grpc
+from google.protobuf import any_pb2, message
+from google.rpc import error_details_pb2, status_pb2
+
+from npu_resolver import Resolution, Severity
+from npu_resolver_client.wire import pb, violation_field
+
+from ._cache import Answer
+from ._encode import encode_resolution, field
+
+STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+RESPONSE_TYPE_URL: Final = f"type.googleapis.com/{pb.ResolveResponse.DESCRIPTOR.full_name}"
+
+
+class RefusedError(Exception):
+    """The request cannot be read: answered INVALID_ARGUMENT with a BadRequest."""
+
+    def __init__(self, message: str, field: str = "", reason: str = "MALFORMED_REQUEST") -> None:
+        super().__init__(cut(message))  # it travels in a trailer, with a budget
+        self.field = field
+        self.reason = reason
+
+    def answer(self) -> Answer:
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=self.field, reason=self.reason, description=str(self)
+        )
+        status = rpc_status(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            str(self),
+            [error_details_pb2.BadRequest(field_violations=[violation])],
+        )
+        return Answer(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            message=str(self),
+            status_details=status.SerializeToString(),
+            ok=False,
+            codes=(self.reason,),
+        )
+
+
+def rpc_status(
+    code: grpc.StatusCode, text: str, details: Sequence[message.Message]
+) -> status_pb2.Status:
+    packed = []
+    for detail in details:
+        item = any_pb2.Any()
+        item.Pack(detail)
+        packed.append(item)
+    return status_pb2.Status(code=code.value[0], message=text, details=packed)
+
+
+TRAILER_BYTES: Final = 7800
+"""What a failed call's status details and status message (as sent) may take together. A
+default gRPC client refuses trailers over 8 KiB at random (over 16 KiB always), and then the
+caller gets no report at all. It counts each entry decoded (details as bytes, not base64),
+with its key and 32 bytes more: 8,000 bytes of details arrived on every call, 9,000 not; the
+status, message and pid entries' keys and overhead take under 200 bytes of the 8,192."""
+MAX_MESSAGE_CHARS: Final = 500
+SHORT_TEXT_CHARS: Final = 100
+"""A report's texts cut further, when even one violation's texts cut to MAX_MESSAGE_CHARS do
+not fit (text of which each character is percent-encoded into many bytes)."""
+_SENT_AS_IS: Final = bytes(b for b in range(0x20, 0x7F) if b != ord("%"))
+
+
+def trailer_bytes(message: str, details_size: int) -> int:
+    """The trailer bytes a status message and details take: grpc-message percent-encodes each
+    byte outside printable ASCII, and "%" (three bytes for one)."""
+    sent = message.encode("utf-8", "replace")
+    return len(sent) + 2 * len(sent.translate(None, _SENT_AS_IS)) + details_size
+
+
+def error_answer(resolution: Resolution, response: bytes) -> Answer:
+    """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response (a
+    serialized ResolveResponse). A batch item carries it whole in the reply's body; a unary
+    reply cuts it to fit a trailer when sent (fit_trailer)."""
+    errors = resolution.errors
+    violations = [
+        error_details_pb2.BadRequest.FieldViolation(
+            field=violation_field(d), reason=d.code.value, description=d.message
+        )
+        for d in errors
+    ]
+    first = errors[0]
+    text = cut(f"{violation_field(first)}: {first.code.value}: {first.message}")
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    bad_request = error_details_pb2.BadRequest(field_violations=violations)
+    status = rpc_status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
+    status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # as Any.Pack would
+    return Answer(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        message=status.message,
+        status_details=status.SerializeToString(),
+        product=resolution.product,
+        ok=False,
+        codes=tuple(resolution.codes()),
+    )
+
+
+def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
+    """The status message and details of a failed unary call, cut to fit a trailer: a report
+    too large keeps as many violations as fit and leaves the packed response out, which the same
+    request with validate_only returns in full (the Python client asks for it by itself)."""
+    if trailer_bytes(message, len(details)) <= TRAILER_BYTES:
+        return message, details
+    status = status_pb2.Status.FromString(details)
+    bad_request = error_details_pb2.BadRequest()
+    if not status.details or not status.details[0].Unpack(bad_request):
+        return cut(message), b""
+    violations = list(bad_request.field_violations)
+    kept = len(violations)
+    del status.details[1:]  # the packed response
+
+    def noted(kept: int) -> str:  # the message travels in the details too: counted below
+        return message + (
+            f"; the report is too large for the error details ({kept} of {len(violations)} "
+            "errors listed): send the request with validate_only for all of it"
+        )
+
+    def over() -> bool:
+        return trailer_bytes(status.message, status.ByteSize()) > TRAILER_BYTES
+
+    status.message = noted(kept)
+    while kept > 1 and over():
+        kept = max(1, kept * 3 // 4)
+        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
+        status.message = noted(kept)
+    for limit in (MAX_MESSAGE_CHARS, SHORT_TEXT_CHARS):  # one violation too long on its own
+        if not over():
+            break
+        for violation in violations[:kept]:
+            violation.description = cut(violation.description, limit)
+            violation.field = cut(violation.field, limit)
+        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
+        status.message = noted(kept) if len(message) <= limit else cut(message, limit)
+    return status.message, status.SerializeToString()
+
+
+def refuse(
+    context: grpc.aio.ServicerContext,
+    code: grpc.StatusCode,
+    message: str,
+    trailing: Sequence[tuple[str, str | bytes]],
+) -> bytes:
+    """End a call with a failure status; the handler returns what this returns (a message gRPC
+    drops for a failure status). Not `context.abort`: it raises, and grpc.aio keeps that
+    exception on the call's state, so its traceback ties the handler's frame (the request's
+    bytes among its locals) to the call in a reference cycle that only a full collection frees,
+    and those are rare. Large refused requests then held about their own size each, without
+    bound in practice (tests/test_refusals_released.py)."""
+    context.set_trailing_metadata(tuple(trailing))
+    context.set_code(code)
+    context.set_details(message)
+    return b""
+
+
+def cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
+    response = encode_resolution(resolution)
+    if not validate_only and any(d.severity is Severity.ERROR for d in resolution.diagnostics):
+        return error_answer(resolution, response)
+    return Answer(
+        grpc.StatusCode.OK,
+        payload=response,
+        product=resolution.product,
+        ok=resolution.ok,
+        codes=tuple(resolution.codes()),
+    )
+
+
+def left_out_answer(first: int, count: int, limit: int) -> Answer:
+    """A batch item left out of a reply that reached the message limit at item `first`:
+    RESOURCE_EXHAUSTED, saying which items to send again (the same for each)."""
+    return Answer(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        message=(
+            f"not answered: the batch's reply reached its {limit} byte message limit at item "
+            f"{first} of {count} (counting from 0); send the items from {first} on in another "
+            "call"
+        ),
+        ok=False,
+    )
+
+
+def alone_too_large(size: int, limit: int) -> Answer:
+    """A batch item whose own answer is over the message limit: sent again in a batch it would
+    never fit, so it says what to do instead (Resolve cuts a long report to fit its trailer)."""
+    return Answer(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        message=(
+            f"not answered: this item's answer alone takes {size} bytes, over the batch reply's "
+            f"{limit} byte message limit; send it with Resolve (or validate_only), which cuts "
+            "a long report to fit"
+        ),
+        ok=False,
+    )
+
+
+def batch_result(answer: Answer) -> bytes:
+    """A `results` item of ResolveBatchResponse (with its tag and length) from an answer's
+    bytes, with no re-parsing."""
+    if answer.code is grpc.StatusCode.OK:
+        return field(1, field(1, answer.payload))  # result.response
+    status = answer.status_details
+    if not status:
+        status = rpc_status(answer.code, answer.message, []).SerializeToString()
+    return field(1, field(2, status))  # result.status
