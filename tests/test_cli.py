@@ -1101,9 +1101,9 @@ def test_a_named_pipe_nothing_is_written_to_is_said_while_it_is_waited_on(
     """Opening a named pipe waits for a writer, silently and for ever when there is none:
     --config and --attach say what they wait for, and still read a slow writer whole (as a
     slow `<(command)` is)."""
-    from npu_resolver import _cli
+    from npu_resolver._cli import _inputs
 
-    monkeypatch.setattr(_cli, "WRITER_NOTICE_S", 0.1)
+    monkeypatch.setattr(_inputs, "WRITER_NOTICE_S", 0.1)
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
 
@@ -1114,7 +1114,7 @@ def test_a_named_pipe_nothing_is_written_to_is_said_while_it_is_waited_on(
     writer = threading.Timer(0.6, write)
     writer.start()
     try:
-        assert _cli._read_config(str(fifo)) == {"hccl_timeout": 900}
+        assert _inputs.read_config(str(fifo)) == {"hccl_timeout": 900}
     finally:
         writer.join(10)
         if writer.is_alive():  # the read failed first: let the writer's open return

@@ -1,0 +1,342 @@
+"""What the command reads: flags, files, standard input and named pipes, made into a request,
+a policy and the credentials for a server. Every input is bounded in size, and every problem
+with it is a UsageError (exit status 2) naming the flag or file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import select
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from .._catalog import CATALOG
+from .._model import (
+    JSON,
+    DuplicateKeyError,
+    ResolveRequest,
+    closest,
+    is_text,
+    loads_json,
+    printable,
+)
+from .._options import NAMED_ENV_VARS
+from .._schema import OptType
+from .._values import BOOL_TEXTS, too_deep_value
+
+if TYPE_CHECKING:
+    from .._policy import Policy
+
+MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
+
+
+class UsageError(Exception):
+    """Bad arguments or unreadable input (exit status 2)."""
+
+
+def pairs(
+    items: Sequence[str] | None, flag: str, form: str = "NAME=VALUE"
+) -> list[tuple[str, str]]:
+    """NAME=VALUE items (`form` says them as the flag's help does); a name given twice is
+    refused, as a config naming a key twice is: which of the two was meant cannot be told."""
+    pairs: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UsageError(f"{flag} expects {form}, got {item!r}")
+        if name in pairs:
+            raise UsageError(
+                f"{flag} {name} is given twice ({pairs[name]!r} and {value!r}); give it once"
+            )
+        pairs[name] = value
+    return list(pairs.items())
+
+
+class _TooDeepError(ValueError):
+    """JSON nested deeper than the decoder can follow."""
+
+
+def _loads(text: str) -> JSON:
+    """json.loads with keys written once; nesting the decoder cannot follow (it recurses) is
+    bad input like any other, not a crash."""
+    try:
+        return loads_json(text)
+    except RecursionError:
+        raise _TooDeepError("nested too deeply to read") from None
+
+
+def _typed(name: str, text: str) -> JSON:
+    """A --set value in the option's own type, so that typing it is not 'normalizing' it."""
+    option = CATALOG.by_name.get(name)
+    if option is None or option.type in (OptType.STR, OptType.PATH):
+        return text
+    try:
+        return _loads(text)
+    except _TooDeepError:  # valid JSON, refused as too deep like any value nested too deep
+        return too_deep_value()
+    except DuplicateKeyError as exc:
+        raise UsageError(f"--set {name}: {exc}") from None
+    except ValueError:  # not JSON (or cut short): the text itself, for the option to judge
+        # The texts the core reads as a bool, and only those ('tRuE' stays text and is
+        # refused as it would be in a config).
+        if option.type is OptType.BOOL and text.strip() in BOOL_TEXTS:
+            return BOOL_TEXTS[text.strip()]
+        return text
+
+
+def _named(path: str) -> str:
+    """A file as messages name it: "-" is standard input."""
+    return "from standard input" if path == "-" else path
+
+
+def _read_at_most(path: str, what: str, size: int) -> bytes:
+    """Up to `size` bytes of a file, or of stdin for "-". A pipe or a device has no size to
+    check beforehand (stat says 0 for /dev/zero), so the bound is on what is read."""
+    try:
+        if path == "-":
+            stdin = sys.stdin
+            if stdin is None:
+                raise UsageError(f"cannot read {what} from standard input: it is closed")
+            buffer = getattr(stdin, "buffer", None)
+            if buffer is None:  # a text stream put in its place
+                return stdin.read(size).encode("utf-8", "surrogateescape")[:size]
+            data: bytes = buffer.read(size)
+            return data
+        with open(_opened(path, what), "rb") as file:
+            return file.read(size)
+    except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot read {what} {_named(path)}: {reason}") from exc
+
+
+WRITER_NOTICE_S: Final = 5.0
+"""How long a named pipe may stay silent before the command says what it is waiting for."""
+
+
+def _opened(path: str, what: str) -> int:
+    """The file's descriptor, open for blocking reads. Opening a named pipe waits for a writer,
+    silently and for ever if no process writes to it: it is opened without waiting, and when
+    nothing is written within WRITER_NOTICE_S the command says on stderr what it waits for
+    (a slow `<(command)` is still read whole), then waits on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            waiting = select.poll()
+            waiting.register(fd, select.POLLIN | select.POLLHUP)
+            if not waiting.poll(int(WRITER_NOTICE_S * 1000)):
+                print(
+                    f"npu-resolve: waiting for {what} from the named pipe {printable(path)}: "
+                    "nothing is written to it yet (Ctrl-C stops)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                waiting.poll()
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The whole of a file or stdin, refused when longer than `limit`: read one byte more to
+    know, never all of it."""
+    data = _read_at_most(path, what, limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"{what} {_named(path)} is larger than {limit} bytes")
+    return data
+
+
+def read_config(path: str | None) -> dict[str, JSON]:
+    if path is None:
+        return {}
+    try:  # utf-8-sig: a byte-order mark some editors write is not part of the JSON
+        text = read_limited(path, "config").decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read config {_named(path)}: {exc}") from exc
+    try:
+        data = _loads(text)
+    except _TooDeepError:  # valid JSON, refused as too deep like any config nested too deep
+        return {"": too_deep_value()}
+    except DuplicateKeyError as exc:
+        raise UsageError(f"config {_named(path)}: {exc}; write each key once") from exc
+    except ValueError as exc:
+        raise UsageError(f"config {_named(path)} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"config {_named(path)} must be a JSON object of option name to value")
+    return data
+
+
+def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str, str]:
+    from .._content import CONTENT_RULES
+
+    attached: dict[str, str] = {}
+    if args.read_files:
+        for option in CONTENT_RULES:
+            path = config.get(option)
+            if not isinstance(path, str) or not path:
+                continue
+            file = Path(path)
+            if not file.is_absolute() and args.workdir:  # the job's paths are relative to it
+                file = Path(args.workdir) / file
+            if file.is_file():
+                attached[option] = _read_attachment(option, str(file))
+    for option, path in pairs(args.attach, "--attach", "OPTION=FILE"):
+        if option not in CONTENT_RULES:
+            known = ", ".join(CONTENT_RULES)
+            raise UsageError(f"--attach {option}: only these options name a file: {known}")
+        attached[option] = _read_attachment(option, path)
+    return attached
+
+
+def _read_attachment(option: str, path: str) -> str:
+    """A file an option names, as text; one that is not UTF-8 is unreadable input, said with
+    the line and column and the format's rule. One byte over the limit is read, no more: the
+    decoder then refuses it as too large, whether it is a file, a pipe or /dev/zero."""
+    from .._content import FORMAT_RULES
+    from ..attachments import MAX_ATTACHMENT_BYTES, decode_attachment
+
+    data = _read_at_most(path, f"{option} file", MAX_ATTACHMENT_BYTES + 1)
+    text, issue = decode_attachment(data)
+    if text is None:
+        reason = issue.message if issue is not None else "not readable as text"
+        raise UsageError(f"{option} file {path} ({FORMAT_RULES[option]}): {reason}")
+    return text
+
+
+def _refuse_non_text(args: argparse.Namespace) -> None:
+    """Bytes on the command line that are not UTF-8 arrive as lone surrogates: no answer can
+    carry them and no server can be sent them, so they are usage errors, in process too."""
+    products = args.product if isinstance(args.product, list) else [args.product]
+    given = [("--product", product) for product in products]
+    given += [("--profile", args.profile or ""), ("--workdir", args.workdir or "")]
+    given += [("--set", item) for item in args.set or ()]
+    given += [("--attach", item) for item in args.attach or ()]
+    for flag, text in given:
+        if not is_text(text):
+            raise UsageError(f"{flag}: '{printable(text)}' is not valid UTF-8 text")
+
+
+def _note_unread_env(given: Mapping[str, str]) -> None:
+    """A variable named with --env that the resolver never reads has no effect: most often a
+    misspelt one (HCCL_EXEC_TIMOUT), which the answer, holding only what is read, cannot show.
+    Said on stderr; the answer and the exit status stay as they are."""
+    for name in given:
+        if name not in NAMED_ENV_VARS:
+            close = closest(name.upper(), NAMED_ENV_VARS)  # `home` is not HOME, yet meant it
+            hint = f"; did you mean {close}?" if close else ""
+            print(
+                f"npu-resolve: note: --env {name} is not a variable the resolver reads, so it "
+                f"has no effect{hint}",
+                file=sys.stderr,
+            )
+
+
+def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
+    _refuse_non_text(args)
+    config = read_config(args.config)
+    for name, value in pairs(args.set, "--set"):
+        config[name] = _typed(name, value)
+    env: dict[str, str] = {}
+    if args.inherit_env:
+        env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
+    given_env = dict(pairs(args.env, "--env"))
+    env.update(given_env)
+    for name, value in env.items():  # bytes that are not UTF-8, from argv
+        if not is_text(name):
+            raise UsageError(f"--env: the name '{printable(name)}' is not valid UTF-8 text")
+        if not is_text(value):
+            raise UsageError(
+                f"environment variable {name}: '{printable(value)}' is not valid UTF-8 text"
+            )
+    _note_unread_env(given_env)
+    return ResolveRequest(
+        product=product,
+        config=config,
+        env=env,
+        workdir=args.workdir or "",
+        profile=args.profile or "",
+        strict=args.strict,
+        validate_only=getattr(args, "validate_only", False),
+        attachments=_attachments(args, config),
+    )
+
+
+def read_policy(path: str | None) -> Policy | None:
+    if path is None:
+        return None
+    from .._policy import PolicyError, load_policy
+
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        raise UsageError(f"policy refused: {exc}") from exc
+
+
+CREDENTIAL_FLAGS: Final = {
+    "tls_ca": "root_certificates",
+    "tls_cert": "certificate_chain",
+    "tls_key": "private_key",
+}
+
+
+def credentials(args: argparse.Namespace) -> dict[str, Any]:
+    """The client's TLS and token arguments, read from the files the flags name."""
+    from npu_resolver_client.credentials import checked_pem, checked_token, pair_problem
+
+    found: dict[str, Any] = {}
+    for flag, param in {**CREDENTIAL_FLAGS, "token_file": "token"}.items():
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        option = "--" + flag.replace("_", "-")
+        if not path:
+            raise UsageError(f"{option} is given no file name; name the file, or leave it out")
+        data = read_limited(path, option)
+        named = f"{option} {path}"
+        try:
+            if param == "token":
+                if not data.strip():  # said in the CLI's terms, not the client's argument
+                    raise UsageError(
+                        f"{named} is empty (or only whitespace); write the bearer token in it, "
+                        f"or leave {option} out to call without a token"
+                    )
+                found[param] = checked_token(data.decode("utf-8", "replace"))
+            else:
+                found[param] = checked_pem(
+                    named, data, "PRIVATE KEY" if param == "private_key" else "CERTIFICATE"
+                )
+        except ValueError as exc:
+            raise UsageError(str(exc) if param != "token" else f"{named}: {exc}") from None
+    if ("certificate_chain" in found) != ("private_key" in found):
+        raise UsageError("--tls-cert and --tls-key go together (mutual TLS)")
+    if "private_key" in found:
+        chain = f"--tls-cert {args.tls_cert}"
+        problem = pair_problem(found["certificate_chain"], found["private_key"], chain)
+        if problem:
+            raise UsageError(f"--tls-key {args.tls_key} {problem}")
+    return found
+
+
+_SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
+
+
+def server_target(text: str) -> str:
+    """`--server` as HOST:PORT (or [v6]:PORT), or a gRPC target with its scheme (dns:///...,
+    unix:...). A missing or impossible port is a usage error, not a connection attempt to a
+    port gRPC would pick (443) or wrap around."""
+    if text.startswith(_SCHEMES):
+        return text
+    match = _HOST_PORT.fullmatch(text)
+    if match is None or not 1 <= int(match.group(1)) <= 65535:
+        raise UsageError(
+            f"--server {text!r} is not HOST:PORT with a port in 1-65535 "
+            "(or a gRPC target such as dns:///host:port)"
+        )
+    return text
