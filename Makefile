@@ -45,7 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,)
 
 soak: $(STAMP)
-	$(BIN)/python -m pytest -m soak -p no:randomly tests/reliability
+	$(BIN)/python -m pytest -m 'soak or not soak' --record-figures -p no:randomly tests/reliability
 
 deploy-check: $(STAMP)
 	bash scripts/deploy_tools.sh >/dev/null

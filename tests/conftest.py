@@ -6,7 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests._server import grpc_server, grpc_target  # noqa: F401 - shared session fixtures
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-figures",
+        action="store_true",
+        help="write the reliability suite's figures to benchmarks/reliability.json",
+    )
+
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

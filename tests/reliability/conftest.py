@@ -2,8 +2,9 @@
 
 Soak items are deselected (and counted as such in pytest's summary) unless the `-m` expression
 names `soak`, so a plain `pytest` stays short without `addopts`. Each test reports one line of
-figures through the `figures` fixture: the lines are printed at the end of the run and written
-to benchmarks/reliability.json for the README's reliability table.
+figures through the `figures` fixture: the lines are printed at the end of the run. With
+--record-figures (as `make soak` runs it) they are also written to benchmarks/reliability.json for
+the README's reliability table; a plain test run leaves the checkout as it found it.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if not _lines:
+    if not _lines or not session.config.getoption("record_figures"):
         return
     data: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
