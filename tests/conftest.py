@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from npu_resolver import Resolution, Source
 from tests._server import grpc_server, grpc_target  # noqa: F401 - shared session fixtures
 
 
@@ -29,3 +31,18 @@ def golden_cases() -> list[dict[str, Any]]:
             case["file"] = file.name
             cases.append(case)
     return cases
+
+
+def attached_again(answer: Resolution, attachments: Mapping[str, str]) -> dict[str, str]:
+    """The attachments that still describe the files an answer names, for resolving its options
+    again: one for a file a policy lock replaced was the content of the caller's file, not of the
+    locked one the answer names (R-ODC-2 and the other content rules do not read it)."""
+    return {
+        option: text
+        for option, text in attachments.items()
+        if not (
+            (prov := answer.provenance.get(option)) is not None
+            and prov.source is Source.POLICY_LOCKED
+            and prov.has_requested
+        )
+    }

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from npu_resolver import Resolution, ResolveRequest, parse_policy, resolve
-from tests.conftest import golden_cases
+from tests.conftest import attached_again, golden_cases
 
 CASES = golden_cases()
 
@@ -60,7 +60,7 @@ def test_golden(case: dict[str, Any]) -> None:
                 env=request.env,
                 workdir=request.workdir,
                 profile=request.profile,
-                attachments=request.attachments,
+                attachments=attached_again(result, request.attachments),
             ),
             policy=policy,
         )

@@ -25,6 +25,7 @@ from npu_resolver import (
     resolve,
 )
 from npu_resolver._options import NAMED_ENV_VARS
+from tests.conftest import attached_again
 
 OPTION_NAMES = list(CATALOG.by_name)
 PRODUCT_NAMES = [p.id for p in PRODUCTS] + ["Ascend910B3", "atlas a2", "bogus", ""]
@@ -546,7 +547,7 @@ def test_valid_answers_under_a_policy_are_fixpoints(
             config=dict(first.options),
             env=request.env,
             strict=strict,
-            attachments=attachments,
+            attachments=attached_again(first, attachments),
         ),
         policy=policy,
     )

@@ -12,9 +12,10 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 from ._cross import dynamic_shape
-from ._model import Code, printable
+from ._model import Code, Source, printable, unset
 from ._products import LEGACY_FAMILY, NEW_FAMILY
 from ._state import State
+from ._values import show
 
 if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
     from .attachments import (
@@ -37,6 +38,25 @@ CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "customize_dtypes": ("R-CDT-2", "R-PREC-2"),
 }
 """Per option that names a file: the rules that read the file's content."""
+
+_CAN_ACT: Final[Mapping[str, Callable[[State], bool]]] = {
+    "R-ODC-3": lambda state: bool(state.env_path("NPU_COLLECT_PATH")),
+    "R-DEP-3": lambda state: state.value("op_debug_level") == 2,
+    "R-FSF-1": lambda state: state.pid == "atlas-350",  # its UBFusion advice
+    "R-PREC-2": lambda state: state.pid in LEGACY_FAMILY,
+}
+"""Content rules that can only find something under a condition of the request (a product, a
+variable, another option): a NOT_CHECKED note names them only where they could have acted."""
+
+
+def _unchecked(state: State, option: str) -> tuple[str, ...]:
+    """The content rules of `option` that the file's text would have let act here."""
+    return tuple(
+        rule
+        for rule in CONTENT_RULES[option]
+        if (can_act := _CAN_ACT.get(rule)) is None or can_act(state)
+    )
+
 
 FORMAT_RULES: Final[Mapping[str, str]] = {
     "op_debug_config": "R-ODC-1",
@@ -80,7 +100,8 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
             Code.ADVICE,
             name,
             "R-ODC-1",
-            f"op_debug_config enables {' and '.join(ccec)}, which enlarge operator kernels; with "
+            f"op_debug_config enables {' and '.join(ccec)}, which "
+            f"{'enlarges' if len(ccec) == 1 else 'enlarge'} operator kernels; with "
             f"{dynamic} true (dynamic shape) a kernel may grow too large to compile, and the "
             "source advises against ccec options there: remove them unless you need them.",
         )
@@ -265,6 +286,9 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     return parsed
 
 
+_NOTHING_ASKED: Final = unset()
+"""A slot's `requested` when the caller asked for nothing else than its value."""
+
 MAX_ATTACHMENTS: Final = 64
 """Attachments read from one request: six options name files, and each key that names none
 costs a diagnostic; past this many, none is read and one error says why."""
@@ -292,7 +316,8 @@ def apply_content_rules(
                 f"an attachment came for {option[:100]!r}, which names no file; attach only for "
                 f"{', '.join(CONTENT_RULES)}.",
             )
-        elif option not in state.slots and option not in given:
+        elif option not in state.slots and option not in given and option not in state.refused:
+            # (A value refused already has its error; the attachment adds nothing to it.)
             state.emit(
                 Code.DROPPED_NO_EFFECT,
                 option,
@@ -300,22 +325,33 @@ def apply_content_rules(
                 f"the attachment for {option} is ignored because {option} is not in effect; "
                 "set the option or leave the attachment out.",
             )
-    for option, rules in CONTENT_RULES.items():
-        if option not in state.slots:
+    for option in CONTENT_RULES:
+        slot = state.slots.get(option)
+        if slot is None:
             continue
         text = attachments.get(option)
-        if text is None:
-            state.emit(
-                Code.NOT_CHECKED,
-                option,
-                rules[0],
-                f"{option} names a file whose content was not attached, so "
-                + (
-                    f"{rules[0]} was not checked; attach it to check that rule."
-                    if len(rules) == 1
-                    else f"{', '.join(rules)} were not checked; attach it to check them."
-                ),
+        replaced = (  # the caller's file was attached, and a lock names another
+            text is not None
+            and slot.source is Source.POLICY_LOCKED
+            and slot.requested is not _NOTHING_ASKED
+        )
+        if text is None or replaced:
+            rules = _unchecked(state, option)
+            if replaced:
+                why = (
+                    f"{option} is locked by the policy to {show(slot.value)}, but the attachment "
+                    f"is the content of {show(slot.requested)}, the file the request named"
+                )
+                fix = "attach the locked file"
+            else:
+                why = f"{option} names a file whose content was not attached"
+                fix = "attach it"
+            which = (
+                f"{rules[0]} was not checked; {fix} to check that rule."
+                if len(rules) == 1
+                else f"{', '.join(rules)} were not checked; {fix} to check them."
             )
+            state.emit(Code.NOT_CHECKED, option, rules[0], f"{why}, so {which}")
             continue
         parsed = _parse(state, option, text)
         apply = _RULES.get(option)

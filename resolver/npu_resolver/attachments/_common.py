@@ -49,6 +49,16 @@ class ParseIssue:
         return not self.normalized
 
 
+_FULL_WIDTH: Final = {"，": ",", "：": ":", "；": ";", "＝": "=", "｜": "|", "［": "[", "］": "]"}
+"""Punctuation a Chinese input method writes where these files want ASCII (the source asks for
+英文逗号, English commas): named in an error, which otherwise reads as a word unknown."""
+
+
+def _full_width(text: str) -> str:
+    """The full-width separators `text` holds, each once, in order of first appearance."""
+    return "".join(dict.fromkeys(c for c in text if c in _FULL_WIDTH))
+
+
 def where(line: int, column: int) -> str:
     """The 'line 3, column 7: ' prefix of a message; empty parts are left out."""
     if line and column:
@@ -154,6 +164,13 @@ class Issues:
         advice: bool = False,
     ) -> None:
         message = where(line, column) + text
+        marks = _full_width(text) if not normalized else ""
+        if marks:
+            ascii_marks = " ".join(repr(_FULL_WIDTH[mark]) for mark in marks)
+            message += (
+                f" ({' '.join(repr(mark) for mark in marks)}: full-width punctuation; the file "
+                f"separates with the ASCII {ascii_marks})"
+            )
         self._items.append(
             ParseIssue(line, column, message, suggestion, rule or self.rule, normalized, advice)
         )
@@ -174,7 +191,9 @@ class Issues:
         `within` (e.g. " in 'white-list'") follows the word, saying where it was found.
         """
         if self.room(error=True):
-            suggestion = closest(word, choices)
+            # A word holding a full-width separator is two words run together: the closest
+            # name of one of them would drop the other (see _add).
+            suggestion = "" if _full_width(word) else closest(word, choices)
             hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
             listed = ", ".join(choices)
             text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {listed}"
