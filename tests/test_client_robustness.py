@@ -33,7 +33,7 @@ from npu_resolver_client import (
 from npu_resolver_client import _client as client_module
 from npu_resolver_client.wire import pb, resolution_to_proto
 from npu_resolver_server import ServerSettings
-from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
+from tests._server import SlowLink, ThreadServer, grpc_server, grpc_target  # noqa: F401
 
 SERVICE = "npu.resolver.v1.Resolver"
 TWO_ERRORS = ResolveRequest(
@@ -623,3 +623,15 @@ def test_the_client_writes_every_method_s_requests_in_key_order() -> None:
     assert {m.name: m.output_type.name for m in methods} == {
         name: reply.DESCRIPTOR.name for name, reply in client_module.REPLIES.items()
     }
+
+
+def test_a_server_across_a_slow_link_is_reached(grpc_target: str) -> None:  # noqa: F811
+    """A connection whose handshake takes longer than the reconnect backoff (half a second each
+    way here) is still made, as plain gRPC makes it: a shorter minimum backoff would also cut
+    gRPC's connect timeout (20 s by default) to that backoff, and every attempt would fail."""
+    link = SlowLink(grpc_target, 0.5)
+    try:
+        with ResolverClient(f"127.0.0.1:{link.port}", timeout=30) as client:
+            assert client.resolve("atlas-a2", {"hccl_timeout": 600}).options["hccl_timeout"] == 600
+    finally:
+        link.close()

@@ -746,6 +746,22 @@ def test_tls(certs: dict[str, Path]) -> None:
             client.resolve("atlas-a2")
 
 
+
+def test_a_tls_server_across_a_slow_link_is_reached(certs: dict[str, Path]) -> None:
+    """A TLS handshake of a few round trips over a slow link (150 ms each way) takes longer
+    than the client's reconnect backoff; the connection is still made, as plain gRPC makes it."""
+    from tests._server import SlowLink
+
+    settings = ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])
+    with ThreadServer(settings) as server:
+        link = SlowLink(server.target, 0.15)
+        try:
+            target = f"127.0.0.1:{link.port}"
+            with ResolverClient(target, root_certificates=certs["ca"], timeout=30) as client:
+                assert client.resolve("atlas-a2").ok
+        finally:
+            link.close()
+
 def test_renewed_certificates_are_taken_without_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -138,8 +138,9 @@ def channel_options(
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
         # Reconnect to a replica or worker quickly, within the retry budget, when one goes away.
+        # Not grpc.min_reconnect_backoff_ms: gRPC also takes it as the connect timeout (20 s by
+        # default), and a handshake slower than it (TLS over a slow link) would never complete.
         ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2_000),
     ]
     given = {name for name, _ in extra}
