@@ -635,3 +635,38 @@ def test_a_server_across_a_slow_link_is_reached(grpc_target: str) -> None:  # no
             assert client.resolve("atlas-a2", {"hccl_timeout": 600}).options["hccl_timeout"] == 600
     finally:
         link.close()
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["127.0.0.1", "127.0.0.1:99999", "127.0.0.1:0", "", " 127.0.0.1:50051", "http://127.0.0.1:1"],
+)
+@pytest.mark.parametrize("kind", [ResolverClient, AsyncResolverClient])
+def test_a_target_that_is_not_host_port_is_refused_at_construction(
+    kind: type[ResolverClient | AsyncResolverClient], target: str
+) -> None:
+    """gRPC takes any text: no port dials 443, port 99999 dials 34463 (its remainder), and the
+    rest fail only at the first call. The constructor says so, as the CLI's --server does."""
+    with pytest.raises(ValueError, match=r"^target .* is not HOST:PORT with a port in 1-65535"):
+        kind(target)
+
+
+@pytest.mark.parametrize(
+    "target", ["localhost:50051", "[::1]:50051", "dns:///resolver.ns.svc:50051", "unix:/run/r.sock"]
+)
+def test_host_port_and_grpc_targets_are_taken(target: str) -> None:
+    ResolverClient(target).close()
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/nonexistent/ca.pem", r"^root_certificates: cannot read '/nonexistent/ca.pem': No such"),
+        ("", r"^root_certificates is an empty path"),
+    ],
+)
+def test_a_certificate_file_that_cannot_be_read_is_named_by_its_argument(
+    path: str, said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        ResolverClient("127.0.0.1:50051", root_certificates=path)

@@ -746,7 +746,6 @@ def test_tls(certs: dict[str, Path]) -> None:
             client.resolve("atlas-a2")
 
 
-
 def test_a_tls_server_across_a_slow_link_is_reached(certs: dict[str, Path]) -> None:
     """A TLS handshake of a few round trips over a slow link (150 ms each way) takes longer
     than the client's reconnect backoff; the connection is still made, as plain gRPC makes it."""
@@ -761,6 +760,7 @@ def test_a_tls_server_across_a_slow_link_is_reached(certs: dict[str, Path]) -> N
                 assert client.resolve("atlas-a2").ok
         finally:
             link.close()
+
 
 def test_renewed_certificates_are_taken_without_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -45,15 +45,17 @@ _LAZY = {
 gRPC yet (a server's settings, read before its workers are forked)."""
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'npu_resolver_client' has no attribute {name!r}")
-    import importlib
+if not TYPE_CHECKING:  # a type checker sees the imports below: a misspelt name is an error
 
-    value = getattr(importlib.import_module(f"npu_resolver_client.{module}"), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'npu_resolver_client' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f"npu_resolver_client.{module}"), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

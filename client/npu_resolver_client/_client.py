@@ -31,7 +31,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf import message
 
-from npu_resolver import DiffResult, Product, Resolution, ResolveRequest
+from npu_resolver import Diagnostic, DiffResult, Product, Resolution, ResolveRequest
 
 from ._convert import (
     NotSendableError,
@@ -58,6 +58,7 @@ from ._errors import (
 )
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
+from ._target import checked_target
 from .credentials import checked_pair, checked_pem, checked_token
 
 JSON = Any
@@ -147,10 +148,17 @@ def channel_options(
     return [*(option for option in defaults if option[0] not in given), *extra]
 
 
-def _read(value: PathOrBytes | None) -> bytes | None:
+def _read(name: str, value: PathOrBytes | None) -> bytes | None:
+    """A credential given as bytes, or read from the file it names: a file that cannot be read
+    is a ValueError naming the argument, as a file that holds no PEM is."""
     if value is None or isinstance(value, bytes):
         return value
-    return Path(value).read_bytes()
+    if not str(value):
+        raise ValueError(f"{name} is an empty path; name the PEM file, or pass its bytes")
+    try:
+        return Path(value).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot read {str(value)!r}: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +172,7 @@ class ResolveFailure:
     violations: tuple[FieldViolation, ...] = ()
 
     @property
-    def diagnostics(self) -> tuple[Any, ...]:
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
         return () if self.resolution is None else self.resolution.errors
 
     def error(self) -> ResolverClientError:
@@ -436,13 +444,15 @@ class _Settings:
     ) -> None:
         if (private_key is None) != (certificate_chain is None):
             raise ValueError("private_key and certificate_chain go together (mutual TLS)")
-        self.target = target
+        self.target = checked_target(target)
         self.timeout = None if timeout is None else _deadline_seconds(timeout)
         self.tls = root_certificates is not None or private_key is not None
-        roots, chain = _read(root_certificates), _read(certificate_chain)
+        roots = _read("root_certificates", root_certificates)
+        chain = _read("certificate_chain", certificate_chain)
+        key = _read("private_key", private_key)
         self.root_certificates = checked_pem("root_certificates", roots, "CERTIFICATE")
         self.certificate_chain = checked_pem("certificate_chain", chain, "CERTIFICATE")
-        self.private_key = checked_pem("private_key", _read(private_key), "PRIVATE KEY")
+        self.private_key = checked_pem("private_key", key, "PRIVATE KEY")
         checked_pair(self.certificate_chain, self.private_key)
         self.metadata = _bearer(token)
         self.options = channel_options(max_message_bytes, options)

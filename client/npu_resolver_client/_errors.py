@@ -1,10 +1,13 @@
 """The client's exceptions, and the decoding of a failed call's status details.
 
 - `ResolveError`: the request has errors (INVALID_ARGUMENT). Carries the full `resolution`
-  decoded from the status details, or asked for again when they had no room for it (None only
-  when the server could not read the request at all: bytes that are not a ResolveRequest; a
-  config too deep or too wide is a report with an INVALID_VALUE on `config`), its error
-  `diagnostics`, and the BadRequest `violations`.
+  decoded from the status details, or asked for again when they had no room for it, its error
+  `diagnostics`, and the BadRequest `violations`. A config too deep or too wide is a report
+  with an INVALID_VALUE on `config`. `resolution` is None when the call was refused before
+  anything was resolved; `violations[0].reason` then says why: MALFORMED_REQUEST (bytes that
+  are not the request), TOO_MANY_REQUESTS (a batch over 1,000 items), TOO_MANY_ENTRIES (an env
+  or attachments map of thousands), TOO_FEW_PRODUCTS or TOO_MANY_PRODUCTS (a diff, as
+  npu_resolver.DiffError's reason in process), UNKNOWN_PRODUCT (describe_catalog).
 - `ResolverUnavailable`: the server cannot be reached, or did not answer in time (UNAVAILABLE,
   after the retries of the service config, or DEADLINE_EXCEEDED).
 - `ResolverCallError`: any other failed call (UNAUTHENTICATED, RESOURCE_EXHAUSTED, INTERNAL ...).

@@ -296,16 +296,19 @@ class ResolverService:
         counts = count_fields(raw, MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS + 1)
         if counts is None and len(raw) > LARGE_REQUEST_BYTES:
             raise unreadable(pb.ResolveBatchRequest)
-        if counts is not None and (
-            counts.get(1, 0) > MAX_BATCH_ITEMS
-            or sum(counts.values()) > MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS
-        ):
+        if counts is not None and counts.get(1, 0) > MAX_BATCH_ITEMS:
             raise RefusedError(
-                f"a batch takes at most {MAX_BATCH_ITEMS} requests (and "
-                f"{MAX_OTHER_BATCH_FIELDS} other fields), this one has more fields than that; "
-                "split it into several calls",
+                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more; split "
+                "it into several calls",
                 "requests",
                 "TOO_MANY_REQUESTS",
+            )
+        if counts is not None and sum(counts.values()) > MAX_BATCH_ITEMS + MAX_OTHER_BATCH_FIELDS:
+            raise RefusedError(
+                f"the batch has more than {MAX_OTHER_BATCH_FIELDS} fields besides its requests; "
+                "it is not a batch this server reads",
+                "request",
+                "MALFORMED_REQUEST",
             )
         # Each item's own bytes: the answer-cache key a unary Resolve of it would use.
         item_bytes = length_delimited(raw, 1)

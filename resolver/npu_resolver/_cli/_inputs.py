@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import select
 import stat
 import sys
@@ -323,20 +322,13 @@ def credentials(args: argparse.Namespace) -> dict[str, Any]:
     return found
 
 
-_SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
-_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
-
-
 def server_target(text: str) -> str:
     """`--server` as HOST:PORT (or [v6]:PORT), or a gRPC target with its scheme (dns:///...,
-    unix:...). A missing or impossible port is a usage error, not a connection attempt to a
-    port gRPC would pick (443) or wrap around."""
-    if text.startswith(_SCHEMES):
-        return text
-    match = _HOST_PORT.fullmatch(text)
-    if match is None or not 1 <= int(match.group(1)) <= 65535:
-        raise UsageError(
-            f"--server {text!r} is not HOST:PORT with a port in 1-65535 "
-            "(or a gRPC target such as dns:///host:port)"
-        )
-    return text
+    unix:...), checked as the client checks its target. A missing or impossible port is a usage
+    error, not a connection attempt to a port gRPC would pick (443) or wrap around."""
+    from npu_resolver_client._target import FORM, checked_target
+
+    try:
+        return checked_target(text)
+    except ValueError:
+        raise UsageError(f"--server {text!r} is not {FORM}") from None
