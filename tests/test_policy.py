@@ -415,3 +415,92 @@ def test_diagnostics_from_policy_name_the_profiles_a_lock_reaches_r_esc_1() -> N
         "on every product, in online inference, for profiles 'default', 'p0', 'p1', "
     )
     assert "'p6' and 3 more: " in line and "'own'" not in line
+
+
+SHARED_AND_OWN = """
+[profiles.default.defaults]
+hccl_timeout = 20000
+[profiles.default.products.atlas-training.defaults]
+hccl_timeout = 1224
+[profiles.default.products.atlas-300i-duo.defaults]
+hccl_timeout = 1224
+"""
+
+
+def test_r_hct_3_a_value_for_every_product_is_checked_only_where_it_acts() -> None:
+    """A default for all products with the products that refuse it given their own: the shared
+    value never reaches those products, so they do not refuse it (R-HCT-3's bound there)."""
+    policy = parse_policy(SHARED_AND_OWN, "p.toml")
+    answers = {
+        pid: resolve(ResolveRequest(product=pid), policy=policy)
+        for pid in ("atlas-a2", "atlas-training", "atlas-300i-duo")
+    }
+    assert {pid: a.options["hccl_timeout"] for pid, a in answers.items()} == {
+        "atlas-a2": 20000,
+        "atlas-training": 1224,
+        "atlas-300i-duo": 1224,
+    }
+    assert all(a.ok for a in answers.values())
+
+
+def test_r_hct_3_a_value_for_every_product_one_product_refuses_names_its_own_table() -> None:
+    text = SHARED_AND_OWN.split("[profiles.default.products.atlas-300i-duo", maxsplit=1)[0]
+    assert refused(text) == (
+        "p.toml: [profiles.default.defaults] hccl_timeout: hccl_timeout 20000 is outside "
+        "(0, 17340] on atlas-300i-duo; use a value in that range. (R-HCT-3); give "
+        "atlas-300i-duo a value of its own in [profiles.default.products.atlas-300i-duo.defaults]"
+    )
+
+
+def test_r_pm_4_a_default_for_every_product_is_not_checked_where_the_product_locks_it() -> None:
+    """A product's lock wins over the shared default there: that product never gets it."""
+    text = """
+[profiles.default.defaults]
+precision_mode = "allow_fp32_to_bf16"
+[profiles.default.products.atlas-training.locked]
+precision_mode = "allow_mix_precision_fp16"
+[profiles.default.products.atlas-300i-duo.locked]
+precision_mode = "allow_mix_precision_fp16"
+"""
+    policy = parse_policy(text, "p.toml")
+    a2 = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
+    assert a2.options["precision_mode"] == "allow_fp32_to_bf16"
+    training = resolve(ResolveRequest(product="atlas-training"), policy=policy)
+    assert training.options["precision_mode"] == "allow_mix_precision_fp16"
+    assert training.provenance["precision_mode"].source == "POLICY_LOCKED"
+
+
+def test_a_file_of_thousands_of_bad_keys_is_refused_in_a_bounded_message() -> None:
+    """The refusal travels in GetPolicy's reply and a log line: it lists 50 problems, each of
+    at most 500 characters, and counts the rest."""
+    text = "[profiles.default.defaults]\n" + "".join(f"k{i} = 1\n" for i in range(5000))
+    text += "x" * 100_000 + " = 1\n"
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.toml")
+    problems = info.value.problems
+    assert len(problems) == 51 and problems[-1] == "and 4951 more problems not listed"
+    assert problems[0] == "[profiles.default.defaults] k0: unknown option"
+    assert len(str(info.value)) < 51 * 500
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "[profiles.default.defaults]\nhccl_timeout = 1\nhccl_timeout = 2\n",
+            "p.toml: invalid TOML: Cannot overwrite a value (at line 3, column 17) "
+            "(a key or table written twice?)",
+        ),
+        (
+            '{"profiles": {"default": {}}}\n',
+            "p.toml: invalid TOML: Invalid statement (at line 1, column 1); a policy is TOML "
+            "([profiles.default.defaults] ...), not JSON or YAML",
+        ),
+        (
+            "[profiles.default.defaults]\nhccl_timeout = " + "9" * 5000 + "\n",
+            "p.toml: invalid TOML: a number has too many digits to be an option's value",
+        ),
+    ],
+)
+def test_toml_refusals_say_what_the_writer_did(text: str, said: str) -> None:
+    assert refused(text) == said

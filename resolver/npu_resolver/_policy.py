@@ -64,9 +64,22 @@ class PolicyError(ValueError):
 
     def __init__(self, source: str, problems: list[str], *, digest: str = "") -> None:
         self.source = source
-        self.problems = problems
+        self.problems = [_cut(problem) for problem in problems[:MAX_PROBLEMS]]
+        if len(problems) > MAX_PROBLEMS:
+            self.problems.append(f"and {len(problems) - MAX_PROBLEMS} more problems not listed")
         self.digest = digest
-        super().__init__(f"{source}: " + "; ".join(problems))
+        super().__init__(f"{source}: " + "; ".join(self.problems))
+
+
+MAX_PROBLEMS: Final = 50
+"""Problems a refusal lists: a file of a megabyte of bad keys would otherwise give a message of
+megabytes, which GetPolicy could not return and a log line should not carry."""
+MAX_PROBLEM_CHARS: Final = 500
+
+
+def _cut(text: str) -> str:
+    """A problem's text within bounds: a key or value of 500 kB is named, not echoed whole."""
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 3] + "..."
 
 
 class PolicyReadError(PolicyError):
@@ -190,6 +203,7 @@ def _on_products(pids: Collection[str], all_of_them: str) -> str:
 def _check_value(
     catalog: Catalog, table: str, key: str, value: JSON, *, pids: list[str], scoped: bool
 ) -> list[str]:
+    """Problems of one value on the products it reaches (`scoped`: a product's own table)."""
     # Depth is the option's own check (with its rule); width is the config's alone.
     shape = config_shape({key: value}, max_depth=_ANY_DEPTH)
     if shape is not None:  # a job's config could not hold it: the answer would not read back
@@ -205,14 +219,14 @@ def _check_value(
         parsed_on_a_product = True
         parsed = parse(view, value, product=pid)
         if isinstance(parsed, Problem):
-            problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
+            problem = f"[{table}] {key}: {parsed.message} ({parsed.rule})"
+            problems.append(problem + ("" if scoped else _own_table(table, pid)))
             break
         gate = view.blocked(parsed.value)
         gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked(parsed.value)
         if gate is not None and (gate.unsupported_version or gate.products is not None):
-            problems.append(
-                f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
-            )
+            problem = f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
+            problems.append(problem + ("" if scoped else _own_table(table, pid)))
             break
     if pids and not parsed_on_a_product and not problems:
         # An option no product here has: its value still reaches every job, which refuses it
@@ -222,6 +236,26 @@ def _check_value(
         if isinstance(parsed, Problem):
             problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
     return problems
+
+
+def _own_table(table: str, pid: str) -> str:
+    """The remedy for a value for every product that one product refuses: its own table, whose
+    value replaces the shared one there."""
+    profile, kind = table.rsplit(".", 1)
+    return f"; give {pid} a value of its own in [{profile}.products.{pid}.{kind}]"
+
+
+def _reached(scopes: list[tuple[str | None, str, Any]], kind: str, key: str) -> list[str]:
+    """The products a value for every product reaches: not those whose own table of the same
+    kind sets the option (its value replaces the shared one there), nor, for a default, those
+    that lock it (the lock wins there)."""
+    own = {kind, "locked"}
+    replaced = {
+        pid
+        for pid, _, body in scopes
+        if pid is not None and any(isinstance(body.get(k), dict) and key in body[k] for k in own)
+    }
+    return [pid for pid in PRODUCT_IDS if pid not in replaced]
 
 
 def _read_tables(
@@ -283,13 +317,15 @@ def _read_tables(
                     continue
                 for key, value in values.items():
                     if key not in catalog:
-                        hint = catalog.suggest(key)
+                        # A close name is sought for the problems listed, not for a file of
+                        # thousands of bad keys (each search costs up to a millisecond).
+                        hint = catalog.suggest(key) if len(problems) < MAX_PROBLEMS else ""
                         problems.append(
                             f"[{table}] {toml_key(key)}: unknown option"
                             + (f"; did you mean {hint!r}?" if hint else "")
                         )
                         continue
-                    pids = [pid] if pid else list(PRODUCT_IDS)
+                    pids = [pid] if pid else _reached(scopes, kind, key)
                     problems += _check_value(
                         catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
@@ -490,7 +526,7 @@ def _parse_policy(text: str, source: str, catalog: Catalog) -> Policy:
     try:
         data = tomllib.loads(text)
     except ValueError as exc:  # a TOMLDecodeError, or an int past str()'s digit limit
-        raise PolicyError(source, [f"invalid TOML: {exc}"]) from None
+        raise PolicyError(source, [_toml_problem(text, exc)]) from None
     profiles, problems = _read_tables(data, catalog)
     if not profiles and not problems:
         problems.append("the policy defines no profile (an empty or truncated file?)")
@@ -501,6 +537,19 @@ def _parse_policy(text: str, source: str, catalog: Catalog) -> Policy:
     if problems:
         raise PolicyError(source, problems)
     return policy
+
+
+def _toml_problem(text: str, exc: ValueError) -> str:
+    """tomllib's refusal, in the words of someone writing a policy rather than a parser."""
+    said = str(exc)
+    if not isinstance(exc, tomllib.TOMLDecodeError):  # an int of thousands of digits
+        return "invalid TOML: a number has too many digits to be an option's value"
+    if said.startswith("Cannot overwrite a value"):
+        said += " (a key or table written twice?)"
+    start = text.lstrip("\ufeff \t\r\n")[:3]
+    if start.startswith(("{", "[{", "---")) or (start[:1] == "[" and start[1:2] in '"{[0123456789'):
+        said += "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"
+    return f"invalid TOML: {said}"
 
 
 _KEY_BEFORE_VALUE: Final = re.compile(r"^\s*(.+?)\s*=\s*$")
