@@ -308,6 +308,9 @@ def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> Non
         assert len(info) == 2 and not any("pid=" in line for line in info), info
         assert [line.rsplit(" ", 1)[1] for line in info if line.endswith(" 1.0")] == ["1.0"]
         assert f'version="{result.version}"' in next(x for x in info if x.endswith(" 1.0"))
+        # Every line of the log is JSON, a policy change under --workers included (where
+        # prometheus_client warns, in a line of its own, of a series it cannot remove).
+        assert [line for line in server.raw if not line.startswith("{")] == []
 
         # A failed call is one reload failure, whichever worker answered it.
         policy.write_text("bad = [[[")

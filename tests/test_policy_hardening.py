@@ -521,3 +521,26 @@ async def test_a_policy_file_that_is_gone_is_said_once_and_the_last_good_policy_
         assert store.version == parse_policy(OTHER).version and store.last_error == ""
     finally:
         await store.stop_watching()
+
+
+def test_the_good_file_back_after_a_refused_one_is_said_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused push, then the good file put back: the version in force never changed, so no
+    'reloaded' line is due, but the log's last word must not stay the refusal."""
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    good = path.read_text()
+    path.write_text("[[[ not toml")
+    assert store.reload().error
+    path.write_text(good)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="npu_resolver_server"):
+        outcome = store.reload()
+    assert not outcome.changed and not outcome.error and store.status().last_reload_error == ""
+    events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert events == ["policy_reload_recovered"]
+    with caplog.at_level("INFO", logger="npu_resolver_server"):
+        caplog.clear()
+        store.reload()  # the same good file again: nothing to say
+    assert not caplog.records

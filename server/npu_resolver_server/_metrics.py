@@ -164,7 +164,10 @@ class Metrics:
         if version != self._version:
             if self._version is not None:
                 self.policy_info.labels(self._version).set(0)
-                self.policy_info.remove(self._version)
+                if MULTIPROC_ENV not in os.environ:
+                    # Under --workers a series cannot be removed (prometheus_client says so
+                    # in a warning, a line that is not JSON in the log): it stays at 0.
+                    self.policy_info.remove(self._version)
             self.policy_info.labels(version).set(1)
             self._version = version
         if failures > self._failures_seen:

@@ -176,6 +176,7 @@ class PolicyStore:
                 return self._refuse(attempt.error)
             policy = attempt.policy
             assert policy is not None
+            refused = self.last_error
             self.last_error = ""
             self.refused_version = ""
             changed = self.current is None or policy.version != self.current.version
@@ -185,6 +186,16 @@ class PolicyStore:
                     "policy reloaded",
                     extra={
                         "fields": {"event": "policy_reloaded", "policy_version": policy.version}
+                    },
+                )
+            elif refused:  # the good file is back: the log's last word is not the refusal
+                log.info(
+                    "policy file readable again; the policy in force is unchanged",
+                    extra={
+                        "fields": {
+                            "event": "policy_reload_recovered",
+                            "policy_version": policy.version,
+                        }
                     },
                 )
             self._changed()
