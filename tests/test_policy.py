@@ -448,7 +448,13 @@ def test_r_hct_3_a_value_for_every_product_one_product_refuses_names_its_own_tab
     assert refused(text) == (
         "p.toml: [profiles.default.defaults] hccl_timeout: hccl_timeout 20000 is outside "
         "(0, 17340] on atlas-300i-duo; use a value in that range. (R-HCT-3); give "
-        "atlas-300i-duo a value of its own in [profiles.default.products.atlas-300i-duo.defaults]"
+        "atlas-300i-duo a value of its own, as in "
+        "[profiles.default.products.atlas-300i-duo.defaults]"
+    )
+    # A value every product refuses has no such remedy.
+    assert refused("[profiles.default.defaults]\nhccl_timeout = nan\n") == (
+        "p.toml: [profiles.default.defaults] hccl_timeout: hccl_timeout nan is not an integer; "
+        "set an integer. (R-HCT-1)"
     )
 
 

@@ -208,41 +208,59 @@ def _check_value(
     shape = config_shape({key: value}, max_depth=_ANY_DEPTH)
     if shape is not None:  # a job's config could not hold it: the answer would not read back
         return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
-    problems = []
-    parsed_on_a_product = False
+    if not scoped and not any(_exists(catalog, pid, key) for pid in PRODUCT_IDS):
+        # An option of no product in this version (R-ERP-1, say): a value for it acts on no
+        # job, whatever it is, and a lock of it locks nothing, which its writer cannot know.
+        rule = catalog.by_name[key].rule
+        return [
+            f"[{table}] {key}: the option acts on no product in this version ({rule}), so a "
+            "policy value for it never acts; remove it"
+        ]
+    refusals: dict[str, str] = {}  # product -> why it refuses the value
     for pid in pids:
-        view = catalog.view(pid, Mode.TRAINING)[key]
-        if not view.product_ok or view.option.unsupported_version:
+        if not _exists(catalog, pid, key):
             if scoped:
-                problems.append(f"[{table}] {key}: the option does not exist on {pid}")
+                return [f"[{table}] {key}: the option does not exist on {pid}"]
             continue
-        parsed_on_a_product = True
-        parsed = parse(view, value, product=pid)
-        if isinstance(parsed, Problem):
-            problem = f"[{table}] {key}: {parsed.message} ({parsed.rule})"
-            problems.append(problem + ("" if scoped else _own_table(table, pid)))
-            break
-        gate = view.blocked(parsed.value)
-        gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked(parsed.value)
-        if gate is not None and (gate.unsupported_version or gate.products is not None):
-            problem = f"[{table}] {key}: value {value!r} is not supported on {pid} ({gate.rule})"
-            problems.append(problem + ("" if scoped else _own_table(table, pid)))
-            break
-    if pids and not parsed_on_a_product and not problems:
-        # An option no product here has: its value still reaches every job, which refuses it
-        # if no config could hold it (NaN, say); refused here instead, with the same words.
-        pid = pids[0]
-        parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
-        if isinstance(parsed, Problem):
-            problems.append(f"[{table}] {key}: {parsed.message} ({parsed.rule})")
-    return problems
+        refusal = _refusal(catalog, pid, key, value)
+        if refusal is not None:
+            refusals[pid] = refusal
+            if scoped:
+                break
+    if not refusals:
+        return []
+    pid, refusal = next(iter(refusals.items()))
+    problem = f"[{table}] {key}: {refusal}"
+    takers = [p for p in pids if p not in refusals and _exists(catalog, p, key)]
+    if not scoped and takers:  # a product's own value is the remedy only when others take it
+        problem += _own_table(table, pid, list(refusals))
+    return [problem]
 
 
-def _own_table(table: str, pid: str) -> str:
-    """The remedy for a value for every product that one product refuses: its own table, whose
-    value replaces the shared one there."""
+def _refusal(catalog: Catalog, pid: str, key: str, value: JSON) -> str | None:
+    """Why `pid` refuses the value (its parse, or a gate of its product or version), or None."""
+    view = catalog.view(pid, Mode.TRAINING)[key]
+    parsed = parse(view, value, product=pid)
+    if isinstance(parsed, Problem):
+        return f"{parsed.message} ({parsed.rule})"
+    gate = view.blocked(parsed.value)
+    gate = gate or catalog.view(pid, Mode.INFERENCE)[key].blocked(parsed.value)
+    if gate is not None and (gate.unsupported_version or gate.products is not None):
+        return f"value {value!r} is not supported on {pid} ({gate.rule})"
+    return None
+
+
+def _exists(catalog: Catalog, pid: str, key: str) -> bool:
+    view = catalog.view(pid, Mode.TRAINING)[key]
+    return view.product_ok and not view.option.unsupported_version
+
+
+def _own_table(table: str, pid: str, refusing: list[str]) -> str:
+    """The remedy for a value for every product that some products refuse: their own tables,
+    whose values replace the shared one there."""
     profile, kind = table.rsplit(".", 1)
-    return f"; give {pid} a value of its own in [{profile}.products.{pid}.{kind}]"
+    who = pid if len(refusing) == 1 else f"each of {', '.join(refusing)}"
+    return f"; give {who} a value of its own, as in [{profile}.products.{pid}.{kind}]"
 
 
 def _reached(scopes: list[tuple[str | None, str, Any]], kind: str, key: str) -> list[str]:
