@@ -90,10 +90,16 @@ def test_product_aliases_ignore_case_spaces_dashes_underscores(alias: str, pid: 
     assert product_id(alias) == pid
 
 
-def test_every_product_has_a_family_and_its_id_is_its_own_alias() -> None:
+def test_every_product_has_its_family_of_rules_md_and_its_id_is_its_own_alias() -> None:
     for product in PRODUCTS:
         assert product_id(product.id) == product.id
-        assert product.family.value in {"new", "legacy"}
+    assert {product.id: product.family.value for product in PRODUCTS} == {
+        "atlas-350": "new",
+        "atlas-a3": "new",
+        "atlas-a2": "new",
+        "atlas-training": "legacy",
+        "atlas-300i-duo": "legacy",
+    }
 
 
 def test_every_name_npu_resolve_products_prints_is_taken_back_as_its_product() -> None:

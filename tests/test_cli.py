@@ -118,22 +118,39 @@ def test_unknown_product_exits_1_with_suggestion() -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "said"),
     [
-        ("resolve",),
-        ("resolve", "--product", "atlas-a2", "--set", "novalue"),
-        ("resolve", "--product", "atlas-a2", "--set", " =5"),  # a blank name is no name
-        ("resolve", "--product", "atlas-a2", "--env", "\t=x"),
-        ("resolve", "--product", "atlas-a2", "--config", "/nonexistent/config.json"),
-        ("resolve", "--product", "atlas-a2", "--format", "yaml"),
-        ("explain", "hccl_timout"),
-        ("nonsense",),
+        (("resolve",), "the following arguments are required: --product"),
+        (
+            ("resolve", "--product", "atlas-a2", "--set", "novalue"),
+            "--set expects NAME=VALUE, got 'novalue'",
+        ),
+        (  # a blank name is no name
+            ("resolve", "--product", "atlas-a2", "--set", " =5"),
+            "--set expects NAME=VALUE, got ' =5'",
+        ),
+        (
+            ("resolve", "--product", "atlas-a2", "--env", "\t=x"),
+            "--env expects NAME=VALUE, got '\\t=x'",
+        ),
+        (
+            ("resolve", "--product", "atlas-a2", "--config", "/nonexistent/config.json"),
+            "cannot read config /nonexistent/config.json: No such file or directory",
+        ),
+        (
+            ("resolve", "--product", "atlas-a2", "--format", "yaml"),
+            "argument --format: invalid choice: 'yaml'",
+        ),
+        (("explain", "hccl_timout"), "unknown option 'hccl_timout'; did you mean 'hccl_timeout'?"),
+        (("nonsense",), "argument command: invalid choice: 'nonsense'"),
     ],
 )
-def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+def test_usage_errors_exit_2(args: tuple[str, ...], said: str) -> None:
     proc = run(*args)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith(f"npu-resolve: {said}"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_config_from_stdin_and_bad_json_exits_2() -> None:
@@ -149,12 +166,18 @@ def test_config_from_stdin_and_bad_json_exits_2() -> None:
     )
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["options"]["hccl_timeout"] == 3600
-    assert run("resolve", "--product", "atlas-a2", "--config", "-", stdin="{nope").returncode == 2
+    bad = run("resolve", "--product", "atlas-a2", "--config", "-", stdin="{nope")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("npu-resolve: config from standard input is not JSON: "), (
+        bad.stderr
+    )
 
 
 def test_server_unreachable_exits_3() -> None:
     proc = run("resolve", "--product", "atlas-a2", "--server", "127.0.0.1:1")
     assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith("npu-resolve: server unreachable: UNAVAILABLE"), proc.stderr
+    assert "127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_table_format_shows_value_source_and_diagnostics() -> None:

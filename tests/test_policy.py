@@ -294,6 +294,11 @@ def test_r_pm_3_a_lock_that_cannot_act_names_the_policy_and_who_can_change_it() 
     policy = parse_policy('[profiles.default.locked]\nprecision_mode = "force_fp16"\n')
     result = resolve(ResolveRequest(product="atlas-a2"), policy=policy)
     (error,) = result.errors
+    assert (error.code, error.option, error.rule) == (
+        "UNSUPPORTED_VALUE",
+        "precision_mode",
+        "R-PM-3",
+    )
     assert "the policy locks precision_mode" in error.message
     assert "[profiles.default.locked]" in error.message and "platform team" in error.message
 
