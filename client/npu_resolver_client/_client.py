@@ -58,8 +58,8 @@ from ._errors import (
 )
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
-from ._target import checked_target
 from .credentials import checked_pair, checked_pem, checked_token
+from .target import checked_target
 
 JSON = Any
 DEFAULT_TARGET: Final = "127.0.0.1:50051"

@@ -1,4 +1,5 @@
-"""A server's address checked before a channel is made: gRPC takes any text, and a mistake
+"""A server's address checked before a channel is made (the client and the CLI use it; so may a
+launcher that reads addresses from its own config): gRPC takes any text, and a mistake
 becomes a call to the wrong place (no port dials 443; port 99999 dials 34463) or an UNAVAILABLE
 at the first call, far from where the address was written."""
 
