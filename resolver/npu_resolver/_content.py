@@ -157,23 +157,32 @@ def _aoe(state: State, parsed: AoeConfig) -> None:
             return
 
 
+def _lines(numbers: tuple[int, ...]) -> str:
+    """'line 3' or 'lines 3, 7' (at most MAX_ISSUES_SHOWN of them)."""
+    shown = ", ".join(str(n) for n in numbers[:MAX_ISSUES_SHOWN])
+    more = ", ..." if len(numbers) > MAX_ISSUES_SHOWN else ""
+    return f"line{'s' if len(numbers) > 1 else ''} {shown}{more}"
+
+
 def _op_precision(state: State, parsed: OpPrecisionModes) -> None:
     used = parsed.modes_used
     if "enable_hi_float_32_execution" in used:
+        at = _lines(parsed.lines["enable_hi_float_32_execution"])
         state.refuse(
             "op_precision_mode",
             Code.UNSUPPORTED_VALUE,
             "R-OPM-2",
-            "op_precision_mode uses enable_hi_float_32_execution, which this version does not "
-            "support; use another mode for those operators.",
+            f"op_precision_mode uses enable_hi_float_32_execution ({at}), which this version "
+            "does not support; use another mode for those operators.",
         )
     elif "enable_float_32_execution" in used and state.pid not in NEW_FAMILY:
+        at = _lines(parsed.lines["enable_float_32_execution"])
         state.refuse(
             "op_precision_mode",
             Code.UNSUPPORTED_VALUE,
             "R-OPM-2",
-            f"op_precision_mode uses enable_float_32_execution, which {state.pid} does not "
-            "support (only atlas-350, atlas-a3, atlas-a2); use another mode there.",
+            f"op_precision_mode uses enable_float_32_execution ({at}), which {state.pid} does "
+            "not support (only atlas-350, atlas-a3, atlas-a2); use another mode there.",
         )
 
 
@@ -202,13 +211,12 @@ def _dtypes(state: State, parsed: CustomDtypes) -> None:
         }
     )
     if asking:
-        lines = ", ".join(str(n) for n in asking[:MAX_ISSUES_SHOWN])
         state.refuse(
             "customize_dtypes",
             Code.UNSUPPORTED_VALUE,
             "R-PREC-2",
-            f"customize_dtypes asks for bfloat16 (line {lines}), which {state.pid} does not "
-            "support, so compilation would fail; use float16 or float32 there.",
+            f"customize_dtypes asks for bfloat16 ({_lines(tuple(asking))}), which {state.pid} "
+            "does not support, so compilation would fail; use float16 or float32 there.",
         )
 
 

@@ -44,6 +44,8 @@ class OpPrecisionModes:
     by_op_type: Mapping[str, str] = field(default_factory=lambda: frozen_map({}))
     by_node_name: Mapping[str, str] = field(default_factory=lambda: frozen_map({}))
     issues: tuple[ParseIssue, ...] = ()
+    lines: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: frozen_map({}))
+    """The lines that ask for each mode, so that a product's refusal names them."""
 
     @property
     def modes_used(self) -> frozenset[str]:
@@ -77,7 +79,16 @@ def _parse(text: str, issues: Issues) -> OpPrecisionModes:
             _entry(pair, line, column, tables[section], issues)
     note_name_over_type(issues, tables[BY_NODE_NAME], tables[BY_OP_TYPE])
     by_type, by_node = ({key: mode for key, (mode, _) in tables[n].items()} for n in SECTIONS)
-    return OpPrecisionModes(frozen_map(by_type), frozen_map(by_node), issues.freeze())
+    lines: dict[str, list[int]] = {}
+    for table in tables.values():
+        for mode, line in table.values():
+            lines.setdefault(mode, []).append(line)
+    return OpPrecisionModes(
+        frozen_map(by_type),
+        frozen_map(by_node),
+        issues.freeze(),
+        frozen_map({mode: tuple(sorted(at)) for mode, at in lines.items()}),
+    )
 
 
 def _header(body: str, line: int, column: int, headers: dict[str, int], issues: Issues) -> str:
