@@ -545,3 +545,33 @@ def test_the_good_file_back_after_a_refused_one_is_said_in_the_log(
         caplog.clear()
         store.reload()  # the same good file again: nothing to say
     assert not caplog.records
+
+
+def test_a_policy_that_fails_every_job_it_reaches_is_loaded_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A valid file whose lock a mode refuses (force_fp16 is for online inference, R-PM-3)
+    fails every training job under it: the server loads it, as `policy check` passes the file
+    with exit 1, and says so in a WARNING with the check's own words, at start and at reload."""
+    path = tmp_path / "policy.toml"
+    bad = '[profiles.default.locked]\nprecision_mode = "force_fp16"\n'
+    with caplog.at_level("INFO", logger="npu_resolver_server"):
+        store = _store(path, bad)
+    said = [getattr(r, "fields", {}) for r in caplog.records]
+    warned = [f for f in said if f.get("event") == "policy_fails_jobs"]
+    assert len(warned) == 1 and warned[0]["count"] == 1, said
+    assert warned[0]["errors"][0].startswith(
+        "precision_mode locked from [profiles.default.locked]: ERROR UNSUPPORTED_VALUE (R-PM-3) "
+        "on every product, in training"
+    )
+    caplog.clear()
+    path.write_text(GOOD)
+    with caplog.at_level("INFO", logger="npu_resolver_server"):
+        assert store.reload().changed
+    assert [getattr(r, "fields", {}).get("event") for r in caplog.records] == ["policy_reloaded"]
+    caplog.clear()
+    path.write_text(bad + "# the same policy, another comment\n")
+    with caplog.at_level("INFO", logger="npu_resolver_server"):
+        assert store.reload().changed
+    events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert events == ["policy_reloaded", "policy_fails_jobs"]

@@ -62,6 +62,40 @@ class _Attempt:
     file_id: FileId | None
     policy: PolicyLike | None
     error: Exception | None
+    fails_jobs: tuple[str, ...] = ()
+
+
+MAX_PROFILES_JUDGED: Final = 200
+"""Profiles up to which a loaded policy is resolved on every product and mode (a few ms a
+profile) to find what fails the jobs it reaches; past that, `npu-resolve policy check` does."""
+MAX_FAILURES_LOGGED: Final = 10
+
+
+def _fails_jobs(policy: PolicyLike) -> tuple[str, ...]:
+    """What the policy's own values fail every job with that leaves them be (a lock a mode
+    refuses: `force_fp16` for training, R-PM-3), as `npu-resolve policy check` says it: the
+    file is valid, so it is loaded, but an operator must hear of it."""
+    if not isinstance(policy, npu_resolver.Policy):
+        return ()
+    if len(policy.profile_names()) > MAX_PROFILES_JUDGED:
+        return ()
+    said = npu_resolver.diagnostics_from_policy(policy)
+    return tuple(s.text for s in said if s.severity is npu_resolver.Severity.ERROR)
+
+
+def _warn_fails_jobs(version: str, failures: tuple[str, ...]) -> None:
+    if failures:
+        log.warning(
+            "the policy in force fails every job it reaches that leaves these values be",
+            extra={
+                "fields": {
+                    "event": "policy_fails_jobs",
+                    "policy_version": version,
+                    "errors": list(failures[:MAX_FAILURES_LOGGED]),
+                    "count": len(failures),
+                }
+            },
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +172,7 @@ class PolicyStore:
             "policy loaded",
             extra={"fields": {"event": "policy_loaded", "policy_version": self.current.version}},
         )
+        _warn_fails_jobs(self.current.version, _fails_jobs(self.current))
         self._changed()
 
     def reload(self) -> ReloadOutcome:
@@ -162,9 +197,13 @@ class PolicyStore:
             seq = self._started
         file_id = self._identify()  # before reading: a change during the load is seen next
         try:
-            return _Attempt(seq, file_id, self._loader(self.path), None)
+            policy = self._loader(self.path)
         except Exception as exc:
             return _Attempt(seq, file_id, None, exc)
+        current = self.current
+        if current is not None and current.version == policy.version:
+            return _Attempt(seq, file_id, policy, None)  # judged when it was first loaded
+        return _Attempt(seq, file_id, policy, None, _fails_jobs(policy))
 
     def _apply(self, attempt: _Attempt) -> ReloadOutcome:
         with self._lock:
@@ -188,6 +227,7 @@ class PolicyStore:
                         "fields": {"event": "policy_reloaded", "policy_version": policy.version}
                     },
                 )
+                _warn_fails_jobs(policy.version, attempt.fails_jobs)
             elif refused:  # the good file is back: the log's last word is not the refusal
                 log.info(
                     "policy file readable again; the policy in force is unchanged",
