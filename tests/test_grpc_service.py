@@ -747,13 +747,14 @@ def test_tls(certs: dict[str, Path]) -> None:
 
 
 def test_a_tls_server_across_a_slow_link_is_reached(certs: dict[str, Path]) -> None:
-    """A TLS handshake of a few round trips over a slow link (150 ms each way) takes longer
-    than the client's reconnect backoff; the connection is still made, as plain gRPC makes it."""
+    """A TLS handshake of a few round trips over a slow link (a second each way) takes longer
+    than the client's longest reconnect backoff (2 s); the connection is still made, as plain
+    gRPC makes it (a minimum backoff would also have cut gRPC's connect timeout to it)."""
     from tests._server import SlowLink
 
     settings = ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])
     with ThreadServer(settings) as server:
-        link = SlowLink(server.target, 0.15)
+        link = SlowLink(server.target, 1.0)
         try:
             target = f"127.0.0.1:{link.port}"
             with ResolverClient(target, root_certificates=certs["ca"], timeout=30) as client:

@@ -515,3 +515,30 @@ def test_a_file_of_thousands_of_bad_keys_is_refused_in_a_bounded_message() -> No
 )
 def test_toml_refusals_say_what_the_writer_did(text: str, said: str) -> None:
     assert refused(text) == said
+
+
+def test_r_odc_2_an_answers_options_resolved_again_take_the_files_they_name() -> None:
+    """Under a lock that replaced the job's op_debug_config, the text the job attached is its
+    own file's, not the locked one's: it is not read. Resolving the answer's options again
+    with that same text attached says it is the locked file's, and the locked file is then
+    judged by it; the answer's options are resolved again with the files they name."""
+    policy = parse_policy('[profiles.default.locked]\nop_debug_config = "/policy/debug.cfg"\n')
+    attached = {"op_debug_config": "op_debug_config = oom,ccec_O0\n"}
+    first = resolve(
+        ResolveRequest(
+            product="atlas-a2", config={"op_debug_config": "/job/mine.cfg"}, attachments=attached
+        ),
+        policy=policy,
+    )
+    assert first.ok
+    assert [(d.code, d.rule) for d in first.diagnostics] == [
+        ("POLICY_LOCKED", "R-ODC-1"),
+        ("NOT_CHECKED", "R-ODC-2"),
+    ]
+    again = resolve(
+        ResolveRequest(product="atlas-a2", config=dict(first.options), attachments=attached),
+        policy=policy,
+    )
+    assert [(d.code, d.rule) for d in again.errors] == [("CONFLICT", "R-ODC-2")]
+    without = resolve(ResolveRequest(product="atlas-a2", config=dict(first.options)), policy=policy)
+    assert without.ok and without.options == first.options

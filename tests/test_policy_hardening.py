@@ -320,18 +320,37 @@ def test_a_value_nested_too_deep_is_refused_by_its_options_own_rule_r_dist_1() -
         parse_policy(f"[profiles.default.defaults]\ndistribute = {deep}\n")
 
 
-@pytest.mark.parametrize("value", ["nan", "-inf", "1e400", "[inf]", "{a = nan}", "1", "true"])
+@pytest.mark.parametrize("value", ["nan", "-inf", "1e400", "[inf]", "{a = nan}"])
 @pytest.mark.parametrize("kind", ["defaults", "locked"])
-def test_any_value_for_an_option_no_product_supports_is_refused_at_load_r_erp_1(
+def test_nan_for_an_option_no_product_supports_is_refused_at_load_r_erp_1(
     value: str, kind: str
 ) -> None:
-    """No product supports enable_reduce_precision in this version: a value for it, NaN or 1,
-    reaches no job's config and locks nothing. Refused at load, naming the rule."""
+    """No product supports enable_reduce_precision in this version, so no product's check read
+    the value; every job it reached refused it, blaming the caller. Refused at load instead,
+    with the words and rule a job would have got."""
     with pytest.raises(PolicyError) as caught:
         parse_policy(f"[profiles.default.{kind}]\nenable_reduce_precision = {value}\n")
+    assert "NaN and infinities" in str(caught.value) and "(R-ERP-1)" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "what"), [("defaults", "never acts"), ("locked", "locks nothing")]
+)
+def test_a_value_for_an_option_no_product_supports_is_taken_and_noted_r_erp_1(
+    kind: str, what: str
+) -> None:
+    """A job's own value for it is dropped with a warning; the policy's is taken the same way,
+    and `policy check` says what it does not do, as it does for a default a lock shadows."""
+    policy = parse_policy(f"[profiles.default.{kind}]\nenable_reduce_precision = 1\n")
+    assert policy.summary()["values_that_never_act"] == [
+        f"enable_reduce_precision in [profiles.default.{kind}] {what}: the option is not "
+        "supported in this version (R-ERP-1)"
+    ]
+    with pytest.raises(PolicyError) as caught:
+        parse_policy("[profiles.default.products.atlas-a2.defaults]\nenable_reduce_precision = 1\n")
     assert caught.value.problems == [
-        f"[profiles.default.{kind}] enable_reduce_precision: the option acts on no product in "
-        "this version (R-ERP-1), so a policy value for it never acts; remove it"
+        "[profiles.default.products.atlas-a2.defaults] enable_reduce_precision: the option is "
+        "not supported in this version (R-ERP-1)"
     ]
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 import re
 from typing import Final
 
-SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:")
-"""gRPC's own name schemes: a target written with one is passed on as it is."""
-_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
+SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+"""gRPC's own name schemes, some written without '//' (unix:path): passed on as they are."""
+_URI: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""Any other scheme with an authority (xds:///, a resolver of the caller's own): passed on."""
+_WEB: Final = ("http://", "https://")
+_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+(?:%[^\s\]/]+)?\]|[^\s:/\[\]]+):([0-9]{1,5})")
+"""host:port, or [IPv6]:port with an optional zone (fe80::1%eth0)."""
 FORM: Final = "HOST:PORT with a port in 1-65535 (or a gRPC target such as dns:///host:port)"
 
 
@@ -20,7 +24,9 @@ def checked_target(target: str) -> str:
     if not isinstance(target, str):
         kind = type(target).__name__
         raise TypeError(f"target must be a str such as '127.0.0.1:50051', not {kind}")
-    if target.startswith(SCHEMES):
+    if target.lower().startswith(_WEB):  # gRPC would look the whole text up as a host name
+        raise ValueError(f"target {target!r} is not {FORM}; a gRPC target takes no http scheme")
+    if target.startswith(SCHEMES) or _URI.match(target):
         return target
     match = _HOST_PORT.fullmatch(target)
     if match is None or not 1 <= int(match.group(1)) <= 65535:

@@ -42,6 +42,7 @@ CONTENT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
 _CAN_ACT: Final[Mapping[str, Callable[[State], bool]]] = {
     "R-ODC-3": lambda state: bool(state.env_path("NPU_COLLECT_PATH")),
     "R-DEP-3": lambda state: state.value("op_debug_level") == 2,
+    "R-OCC-3": lambda state: state.value("op_compiler_cache_mode") != "disable",
     "R-FSF-1": lambda state: state.pid == "atlas-350",  # its UBFusion advice
     "R-PREC-2": lambda state: state.pid in LEGACY_FAMILY,
 }

@@ -233,6 +233,12 @@ def _own(entries: Mapping[Any, Any]) -> dict[Any, Any]:
     return dict(entries)
 
 
+def cut_text(text: str, limit: int) -> str:
+    """`text` within `limit` characters, "..." ending one that was longer: a caller's value
+    or a file's line is named in a message, never echoed whole."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def printable(value: str) -> str:
     """A caller's string fit to be echoed: lone surrogates written as backslash escapes."""
     return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode()

@@ -10,8 +10,9 @@ The file is TOML:
     hccl_timeout = 1224
 
 A product table beats the all-products table of the same profile. An all-products entry is
-skipped silently on products that lack the option; a product table naming such an option is
-refused. Every value is checked as a caller's value would be, on every product it reaches.
+skipped on products that lack the option (at resolve time, quietly); a product table naming
+such an option is refused. Every value is checked as a caller's value would be, on every
+product it reaches: not on one whose own table replaces it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
 from ._fingerprint import canonical_json
-from ._model import JSON, Code, Resolution, ResolveRequest, Severity
+from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
 from ._products import PRODUCT_IDS, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
@@ -64,9 +65,12 @@ class PolicyError(ValueError):
 
     def __init__(self, source: str, problems: list[str], *, digest: str = "") -> None:
         self.source = source
-        self.problems = [_cut(problem) for problem in problems[:MAX_PROBLEMS]]
+        self.problems = [
+            cut_text(problem, MAX_PROBLEM_CHARS) for problem in problems[:MAX_PROBLEMS]
+        ]
         if len(problems) > MAX_PROBLEMS:
-            self.problems.append(f"and {len(problems) - MAX_PROBLEMS} more problems not listed")
+            more = len(problems) - MAX_PROBLEMS
+            self.problems.append(f"and {more} more problem{'s' if more > 1 else ''} not listed")
         self.digest = digest
         super().__init__(f"{source}: " + "; ".join(self.problems))
 
@@ -75,11 +79,7 @@ MAX_PROBLEMS: Final = 50
 """Problems a refusal lists: a file of a megabyte of bad keys would otherwise give a message of
 megabytes, which GetPolicy could not return and a log line should not carry."""
 MAX_PROBLEM_CHARS: Final = 500
-
-
-def _cut(text: str) -> str:
-    """A problem's text within bounds: a key or value of 500 kB is named, not echoed whole."""
-    return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 3] + "..."
+"""A problem's text is cut to this: a key or value of 500 kB is named, not echoed whole."""
 
 
 class PolicyReadError(PolicyError):
@@ -105,6 +105,7 @@ class Policy:
 
     def __init__(self, profiles: Mapping[str, _Profile], source: str, catalog: Catalog) -> None:
         self.source = source
+        self._catalog = catalog
         self._profiles = profiles
         self._profile_names = tuple(sorted(profiles))
         content = {
@@ -174,7 +175,27 @@ class Policy:
         shadowed = self.shadowed_defaults()
         if shadowed:
             summary["defaults_that_never_act"] = shadowed
+        unsupported = self.unsupported_values()
+        if unsupported:
+            summary["values_that_never_act"] = unsupported
         return summary
+
+    def unsupported_values(self) -> list[str]:
+        """Values for an option no product has in this version (R-ERP-1, R-DEP-9): taken, as
+        a job's own is (with a warning), but a default for one never acts and a lock of one
+        locks nothing, which the file's writer most likely does not know."""
+        notes = []
+        for _, profile in sorted(self._profiles.items()):
+            for (_, kind), table in sorted(profile.tables.items(), key=lambda i: i[1].path):
+                for key in sorted(table.values):
+                    option = self._catalog.by_name[key]
+                    if option.unsupported_version:
+                        what = "locks nothing" if kind == "locked" else "never acts"
+                        notes.append(
+                            f"{key} in [{table.path}] {what}: the option is not supported in "
+                            f"this version ({option.rule})"
+                        )
+        return notes
 
     def shadowed_defaults(self) -> list[str]:
         """Defaults a lock of the same or a wider table always wins over (the profile's own,
@@ -209,18 +230,25 @@ def _check_value(
     if shape is not None:  # a job's config could not hold it: the answer would not read back
         return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
     if not scoped and not any(_exists(catalog, pid, key) for pid in PRODUCT_IDS):
-        # An option of no product in this version (R-ERP-1, say): a value for it acts on no
-        # job, whatever it is, and a lock of it locks nothing, which its writer cannot know.
-        rule = catalog.by_name[key].rule
-        return [
-            f"[{table}] {key}: the option acts on no product in this version ({rule}), so a "
-            "policy value for it never acts; remove it"
-        ]
+        # An option of no product in this version (R-ERP-1, say): its value reaches every job
+        # all the same, which refuses it if no config could hold it (NaN); refused here
+        # instead, in the same words. Any other value is taken, and `check` notes that it
+        # never acts (values_that_never_act).
+        pid = PRODUCT_IDS[0]
+        parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
+        if isinstance(parsed, Problem):
+            return [f"[{table}] {key}: {parsed.message} ({parsed.rule})"]
+        return []
     refusals: dict[str, str] = {}  # product -> why it refuses the value
     for pid in pids:
         if not _exists(catalog, pid, key):
             if scoped:
-                return [f"[{table}] {key}: the option does not exist on {pid}"]
+                option = catalog.by_name[key]
+                if option.unsupported_version:
+                    why = f"is not supported in this version ({option.rule})"
+                else:
+                    why = f"does not exist on {pid}"
+                return [f"[{table}] {key}: the option {why}"]
             continue
         refusal = _refusal(catalog, pid, key, value)
         if refusal is not None:
@@ -564,10 +592,16 @@ def _toml_problem(text: str, exc: ValueError) -> str:
         return "invalid TOML: a number has too many digits to be an option's value"
     if said.startswith("Cannot overwrite a value"):
         said += " (a key or table written twice?)"
-    start = text.lstrip("\ufeff \t\r\n")[:3]
-    if start.startswith(("{", "[{", "---")) or (start[:1] == "[" and start[1:2] in '"{[0123456789'):
+    if _LOOKS_LIKE_JSON_OR_YAML.match(text):
         said += "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"
     return f"invalid TOML: {said}"
+
+
+_LOOKS_LIKE_JSON_OR_YAML: Final = re.compile(
+    r"\ufeff?(?:\s*#[^\n]*\n)*\s*(?:\{|---|[A-Za-z_][\w-]*:(?:\s|$))"
+)
+"""A file that opens as a JSON object, a YAML document marker or a YAML `key:` line (TOML
+writes `key =`, and `[[` opens an array of tables)."""
 
 
 _KEY_BEFORE_VALUE: Final = re.compile(r"^\s*(.+?)\s*=\s*$")

@@ -24,6 +24,7 @@ from ._model import (
     MAX_TEXT_VALUE,
     Code,
     closest,
+    cut_text,
     is_text,
     plain_scalar,
 )
@@ -68,7 +69,7 @@ def show(value: JSON) -> str:
     """A value as the caller wrote it, cut short for messages. A str, int or float subclass (in
     process only) is shown by the base type's own method: its own may raise or lie."""
     text = str.__repr__(value) if isinstance(value, str) else _json_text(value)
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+    return cut_text(text, MAX_SHOWN)
 
 
 _DATES: Final = frozenset({datetime.date, datetime.datetime, datetime.time})

@@ -9,7 +9,7 @@ constructor's checks and copies, so anything else must go through ResolveRequest
 
 from __future__ import annotations
 
-from ._model import DuplicateKeyError, is_text, loads_json, printable, read_request
+from ._model import DuplicateKeyError, cut_text, is_text, loads_json, printable, read_request
 from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "config_refusal",
     "config_shape",
     "cut_deep",
+    "cut_text",
     "is_text",
     "key_text",
     "loads_json",

@@ -14,6 +14,7 @@ from google.protobuf import any_pb2, message
 from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver import Resolution, Severity
+from npu_resolver.text import cut_text
 from npu_resolver_client.wire import pb, violation_field
 
 from ._cache import Answer
@@ -166,7 +167,7 @@ def refuse(
 
 
 def cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut_text(text, limit)
 
 
 def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:

@@ -49,14 +49,21 @@ class ParseIssue:
         return not self.normalized
 
 
-_FULL_WIDTH: Final = {"，": ",", "：": ":", "；": ";", "＝": "=", "｜": "|", "［": "[", "］": "]"}
-"""Punctuation a Chinese input method writes where these files want ASCII (the source asks for
-英文逗号, English commas): named in an error, which otherwise reads as a word unknown."""
+FULL_WIDTH: Final = {"，": ",", "：": ":", "＝": "=", "［": "[", "］": "]", "｛": "{", "｝": "}"}
+"""Punctuation a Chinese input method writes where these files want their ASCII separators (the
+source asks for 英文逗号, English commas): named in an error on a line that holds it, which
+otherwise reads as a word unknown or a line of the wrong form."""
 
 
-def _full_width(text: str) -> str:
+def full_width(text: str) -> str:
     """The full-width separators `text` holds, each once, in order of first appearance."""
-    return "".join(dict.fromkeys(c for c in text if c in _FULL_WIDTH))
+    return "".join(dict.fromkeys(c for c in text if c in FULL_WIDTH))
+
+
+def full_width_hint(marks: str) -> str:
+    """What an error on a line holding `marks` adds: which they are, and what to write."""
+    ascii_marks = " ".join(repr(FULL_WIDTH[mark]) for mark in marks)
+    return f" (the line holds full-width {' '.join(map(repr, marks))}; write {ascii_marks})"
 
 
 def where(line: int, column: int) -> str:
@@ -106,14 +113,23 @@ class Issues:
     file of garbage costs little and never yields a flood of diagnostics.
     """
 
-    __slots__ = ("_errors", "_items", "_omitted_notes", "_stopped", "rule")
+    __slots__ = ("_errors", "_items", "_lines", "_omitted_notes", "_stopped", "rule", "text")
 
     def __init__(self, rule: str) -> None:
         self.rule = rule
+        self.text = ""
+        """The file's text, for what an error says of its line (full-width punctuation)."""
+        self._lines: list[str] | None = None
         self._items: list[ParseIssue] = []
         self._errors = 0
         self._omitted_notes = 0
         self._stopped = False
+
+    def _marks_on(self, line: int) -> str:
+        """The full-width separators on line `line` (counted from 1) of the file."""
+        if self._lines is None:
+            self._lines = self.text.split("\n")
+        return full_width(self._lines[line - 1]) if 0 < line <= len(self._lines) else ""
 
     def room(self, *, error: bool) -> bool:
         """Whether one more issue of this kind is kept; check it before costly work.
@@ -164,13 +180,9 @@ class Issues:
         advice: bool = False,
     ) -> None:
         message = where(line, column) + text
-        marks = _full_width(text) if not normalized else ""
+        marks = self._marks_on(line) if not normalized else ""
         if marks:
-            ascii_marks = " ".join(repr(_FULL_WIDTH[mark]) for mark in marks)
-            message += (
-                f" ({' '.join(repr(mark) for mark in marks)}: full-width punctuation; the file "
-                f"separates with the ASCII {ascii_marks})"
-            )
+            message += full_width_hint(marks)
         self._items.append(
             ParseIssue(line, column, message, suggestion, rule or self.rule, normalized, advice)
         )
@@ -193,7 +205,7 @@ class Issues:
         if self.room(error=True):
             # A word holding a full-width separator is two words run together: the closest
             # name of one of them would drop the other (see _add).
-            suggestion = "" if _full_width(word) else closest(word, choices)
+            suggestion = "" if full_width(word) else closest(word, choices)
             hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
             listed = ", ".join(choices)
             text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {listed}"
@@ -233,6 +245,7 @@ def run_parser(
         if text.startswith("\ufeff"):
             issues.note(1, 1, "the byte-order mark at the start of the file was ignored")
             text = " " + text[1:]
+        issues.text = text
         return body(text, issues)
     except _IssueLimitError:
         return empty(issues=issues.freeze())

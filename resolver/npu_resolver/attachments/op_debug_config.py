@@ -14,6 +14,7 @@ from ._common import (
     ParseIssue,
     closest,
     content_lines,
+    full_width,
     remember,
     run_parser,
     show,
@@ -109,6 +110,8 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
         prefix, found, op_type = item.partition("::")
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
+        elif full_width(item):  # two names run together: no op is named so
+            issues.error(line, at, f"op name {show(item)} is two names run together")
         elif not found:
             ops.append(item)
         elif prefix.casefold() != OP_TYPE_PREFIX.casefold():
