@@ -626,6 +626,7 @@ def test_names_and_values_not_in_utf8_are_usage_errors(
         proc = run("resolve", *args, *where)
         assert proc.returncode == 2, (where, proc.stderr)
         assert "is not valid UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+        assert "\\xff" in proc.stderr, proc.stderr  # the byte given, not Python's \\udcff
     proc = run("diff", "--product", "atlas-a2", "atlas-training\udcff", "--server", grpc_target)
     assert proc.returncode == 2 and "--product" in proc.stderr
 
@@ -691,14 +692,14 @@ def test_table_columns_stay_aligned_with_wide_characters_in_values() -> None:
 def test_an_env_name_that_is_not_utf8_is_the_one_named() -> None:
     proc = run("resolve", "--product", "atlas-a2", "--env", "X\udcff=1")  # argv bytes X\xff
     assert proc.returncode == 2
-    assert "--env: the name 'X\\udcff' is not valid UTF-8 text" in proc.stderr  # as --set's
+    assert "--env: the name 'X\\xff' is not valid UTF-8 text" in proc.stderr  # as --set's
 
 
 def test_an_inherited_variable_that_is_not_utf8_is_named_with_its_escape_shown_once() -> None:
     env = {**os.environ, "HOME": "/home/\udcff"}  # the job's environment held the byte \xff
     proc = run("resolve", "--product", "atlas-a2", "--inherit-env", env=env)
     assert proc.returncode == 2
-    assert "environment variable HOME: '/home/\\udcff' is not valid UTF-8 text" in proc.stderr
+    assert "environment variable HOME: '/home/\\xff' is not valid UTF-8 text" in proc.stderr
 
 
 def test_an_env_variable_the_resolver_never_reads_gets_a_note_naming_the_close_one() -> None:
@@ -1145,3 +1146,51 @@ def test_a_named_pipe_nothing_is_written_to_is_said_while_it_is_waited_on(
             writer.join()
     notice = capsys.readouterr().err
     assert f"waiting for config from the named pipe {fifo}: nothing is written" in notice
+
+
+def test_standard_input_named_by_two_flags_is_a_usage_error() -> None:
+    """The config would read all of it and the attachment get nothing: an error about an empty
+    file nobody meant. Said before anything is read."""
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        "--config",
+        "-",
+        "--attach",
+        "op_debug_config=-",
+        stdin='{"op_debug_config": "x.cfg"}',
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "npu-resolve: standard input feeds one input, and --config - and --attach "
+        "op_debug_config=- each ask for it; name a file for all but one\n"
+    )
+
+
+def test_the_env_format_of_a_request_with_errors_says_so_on_stdout() -> None:
+    """`eval "$(npu-resolve ... --format env)"` without checking $? still sees it, as the
+    python format's reader does."""
+    proc = run("resolve", "--product", "nope", "--format", "env", "--env", "HOME=/h")
+    assert proc.returncode == 1
+    assert proc.stdout == (
+        "# the request has errors: fix them before using this environment\nexport HOME=/h\n"
+    )
+
+
+def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
+    """A cell wider than the others (a precision mode with its source) widens its own column
+    instead of shifting every column after it; lines carry no trailing blanks."""
+    proc = run("diff", "--product", "atlas-training", "atlas-a2", "atlas-300i-duo")
+    assert proc.returncode == 0
+    table = proc.stdout.splitlines()[:4]
+    assert table == [
+        "option             atlas-training                        atlas-a2                  "
+        "atlas-300i-duo",
+        "input_batch_cpy    (absent)                              false DEFAULT             "
+        "(absent)",
+        'precision_mode_v2  (absent)                              "origin" PRODUCT_DEFAULT  '
+        "(absent)",
+        'precision_mode     "allow_fp32_to_fp16" PRODUCT_DEFAULT  (absent)                  '
+        "(absent)",
+    ]

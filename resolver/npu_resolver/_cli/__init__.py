@@ -156,7 +156,12 @@ def _drop_stdout() -> None:
 def _cmd_resolve(args: argparse.Namespace) -> int:
     request = request_from_args(args, args.product)
     result: Resolution = _transport(args).resolve(request)
-    colour = sys.stdout is not None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    colour = (
+        sys.stdout is not None
+        and sys.stdout.isatty()
+        and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"  # a terminal that shows escapes as text
+    )
     renderers = {
         "json": lambda: render_json(result),
         "table": lambda: render_table(result, colour=colour),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._catalog import CATALOG
 from .._describe import describe_option
-from .._model import CATALOG_VERSION, JSON
+from .._model import CATALOG_VERSION, JSON, cut_text
 from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
 from ._render import columns, padded, shown
@@ -146,23 +146,38 @@ def _attachment_format(name: str) -> tuple[str, str, str] | None:
     return None if fmt is None else (fmt.title, fmt.description, fmt.example)
 
 
+MAX_CELL: Final = 60
+
+
 def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
     table format."""
     rows = result.rows if show_all else result.differing
     width = max((columns(shown(r.option)) for r in rows), default=6)
-    cols = [max(24, columns(shown(p))) for p in result.products]
+    texts = [
+        [
+            "(absent)"
+            if (cell := row.cells.get(pid)) is None
+            # A cell of 60 columns at most: a long path or object stays one line, cut.
+            else cut_text(shown(f"{_value(cell.value)} {cell.source.value}"), MAX_CELL)
+            for pid in result.products
+        ]
+        for row in rows
+    ]
+    # Each column as wide as its widest cell: a wide one no longer shifts those after it.
+    cols = [
+        max([columns(shown(p)), *(columns(cells[i]) for cells in texts)])
+        for i, p in enumerate(result.products)
+    ]
     header = f"{'option':<{width}}  " + "  ".join(
         padded(shown(p), w) for p, w in zip(result.products, cols, strict=True)
     )
-    lines = [header]
-    for row in rows:
-        cells = []
-        for pid, w in zip(result.products, cols, strict=True):
-            cell = row.cells.get(pid)
-            text = "(absent)" if cell is None else f"{_value(cell.value)} {cell.source.value}"
-            cells.append(padded(shown(text), w))
-        lines.append(f"{padded(shown(row.option), width)}  " + "  ".join(cells))
+    lines = [header.rstrip()]
+    for row, cells in zip(rows, texts, strict=True):
+        line = f"{padded(shown(row.option), width)}  " + "  ".join(
+            padded(text, w) for text, w in zip(cells, cols, strict=True)
+        )
+        lines.append(line.rstrip())
     if not rows:
         lines.append("(no differences)")
     # Why the rows differ: every error and warning, and the notes about the rows shown.

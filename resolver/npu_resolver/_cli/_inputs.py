@@ -37,6 +37,15 @@ class UsageError(Exception):
     """Bad arguments or unreadable input (exit status 2)."""
 
 
+def _as_given(text: str) -> str:
+    """An argument as the bytes it came in: Python decodes argv's bytes that are not UTF-8 to
+    lone surrogates (\\udcff for the byte 0xff), which are shown as the byte (\\xff)."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte makes: written as itself
+        return printable(text)
+
+
 def pairs(
     items: Sequence[str] | None, flag: str, form: str = "NAME=VALUE"
 ) -> list[tuple[str, str]]:
@@ -218,7 +227,7 @@ def _refuse_non_text(args: argparse.Namespace) -> None:
     given += [("--attach", item) for item in args.attach or ()]
     for flag, text in given:
         if not is_text(text):
-            raise UsageError(f"{flag}: '{printable(text)}' is not valid UTF-8 text")
+            raise UsageError(f"{flag}: '{_as_given(text)}' is not valid UTF-8 text")
 
 
 def _note_unread_env(given: Mapping[str, str]) -> None:
@@ -236,7 +245,25 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
             )
 
 
+def _stdin_once(args: argparse.Namespace) -> None:
+    """Standard input feeds one input: `--config -` with `--attach OPTION=-` would give the
+    attachment nothing (the config read it all), reported as an empty file."""
+    asking = [f"--config {args.config}"] if getattr(args, "config", None) == "-" else []
+    for item in getattr(args, "attach", None) or ():
+        if item.partition("=")[2] == "-":
+            asking.append(f"--attach {item}")
+    for flag in (*CREDENTIAL_FLAGS, "token_file"):
+        if getattr(args, flag, None) == "-":
+            asking.append(f"--{flag.replace('_', '-')} -")
+    if len(asking) > 1:
+        raise UsageError(
+            f"standard input feeds one input, and {' and '.join(asking)} each ask for it; "
+            "name a file for all but one"
+        )
+
+
 def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
+    _stdin_once(args)
     _refuse_non_text(args)
     config = read_config(args.config)
     for name, value in pairs(args.set, "--set"):
@@ -248,10 +275,11 @@ def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
     env.update(given_env)
     for name, value in env.items():  # bytes that are not UTF-8, from argv
         if not is_text(name):
-            raise UsageError(f"--env: the name '{printable(name)}' is not valid UTF-8 text")
+            raise UsageError(f"--env: the name '{_as_given(name)}' is not valid UTF-8 text")
         if not is_text(value):
             raise UsageError(
-                f"environment variable {name}: '{printable(value)}' is not valid UTF-8 text"
+                f"environment variable {_as_given(name)}: '{_as_given(value)}' is not valid "
+                "UTF-8 text"
             )
     _note_unread_env(given_env)
     return ResolveRequest(

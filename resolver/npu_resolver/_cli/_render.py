@@ -184,7 +184,11 @@ def render_python(result: Resolution) -> str:
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
     """The export lines for the environment variables that shaped this resolution."""
     lines = [f"export {name}={shlex.quote(env[name])}" for name in NAMED_ENV_VARS if name in env]
-    return "\n".join(lines) if lines else "# no environment variable named by the source is set"
+    if not lines:
+        lines.append("# no environment variable named by the source is set")
+    if not result.ok:  # as the python format says it, for whoever evals this without $?
+        lines.insert(0, "# the request has errors: fix them before using this environment")
+    return "\n".join(lines)
 
 
 FORMATS: Final = ("json", "table", "python", "env")
