@@ -12,6 +12,7 @@ from .._describe import describe_option
 from .._model import CATALOG_VERSION, JSON, cut_text
 from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
+from .._schema import OptType
 from ._render import columns, padded, shown
 
 if TYPE_CHECKING:
@@ -116,8 +117,14 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
                 for m in ("training", "inference")
             )
             notes.append(f"when not set: {left} (see the rules)")
+        if not s["supported"]:
+            allowed = "-"
+        elif not allowed and option.type is OptType.BOOL:
+            allowed = "true, false"
+        elif not allowed:  # a value of a form of its own ('CUBE|VECTOR'), said above
+            allowed = "the form above" if option.validator is not None else "any"
         lines.append(
-            f"  {pid_:<16} {modes:<20} {defaults:<34} {allowed or 'any'}"
+            f"  {pid_:<16} {modes:<20} {defaults:<34} {allowed}"
             + (f"; {'; '.join(notes)}" if notes else "")
         )
     if name in FOLDER_OPTIONS:
