@@ -51,16 +51,18 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Less-used parts load on first use, so that a cold `npu-resolve resolve` stays fast."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'npu_resolver' has no attribute {name!r}")
-    import importlib
+if not TYPE_CHECKING:  # a type checker sees the imports below: a misspelt name is an error
 
-    value = getattr(importlib.import_module(f"npu_resolver.{module}"), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> object:
+        """Less-used parts load on first use, so that a cold `npu-resolve resolve` stays fast."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'npu_resolver' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f"npu_resolver.{module}"), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
