@@ -273,3 +273,57 @@ def test_a_diff_reads_each_attachment_once_for_all_its_columns(
         p: r.to_json() for p, r in alone.items()
     }
     assert len(reads) == 1 + len(products)  # outside a diff nothing is kept
+
+
+def test_errors_on_one_long_line_search_it_once_for_full_width_marks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A megabyte on one line with a hundred errors (the most a file reports): the line is
+    searched for full-width punctuation once, not once per error (3 s a file)."""
+    from npu_resolver.attachments import _common
+
+    calls = _record_calls(monkeypatch, _common, "full_width")
+    items = ",".join(["1"] * 500_000)
+    mixlist = '{"black-list":{"to-add":[' + items + "]}}"
+    result = resolve(
+        ResolveRequest(
+            product="atlas-a2",
+            config={"precision_mode": "allow_mix_precision_fp16", "modify_mixlist": "/a/m.json"},
+            attachments={"modify_mixlist": mixlist},
+        )
+    )
+    assert sum(d.code == Code.INVALID_VALUE for d in result.diagnostics) >= 20
+    assert len(calls) == 1
+
+
+def test_a_megabyte_string_in_a_json_file_with_comments_is_read_in_bounded_memory() -> None:
+    """Blanking `//` comments matched a string without a backtracking point per character:
+    a 1 MiB string cost 146 MiB of them."""
+    import tracemalloc
+
+    text = '{"black-list":{"to-add":["' + "a" * (1024 * 1024 - 128) + '"]}}//'
+    request = ResolveRequest(
+        product="atlas-a2",
+        config={"precision_mode": "allow_mix_precision_fp16", "modify_mixlist": "/a/m.json"},
+        attachments={"modify_mixlist": text},
+    )
+    tracemalloc.start()
+    try:
+        resolve(request)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 * 1024 * 1024, peak
+
+
+def test_a_policy_value_too_deep_after_a_long_indent_is_named_at_once() -> None:
+    """The key before a value too deep to read is found with string methods: a regular
+    expression over the blanks before a table took cubic time (4 s for 2,000 blanks)."""
+    from npu_resolver import PolicyError
+
+    text = " " * 4000 + "[profiles.default.defaults]\ny = " + "[" * 20000 + "]" * 20000 + "\n"
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text)
+    assert caught.value.problems == [
+        "nested too deeply: the value of y at line 2 has over 100 levels of arrays or inline tables"
+    ]

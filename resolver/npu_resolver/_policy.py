@@ -464,7 +464,8 @@ def _mode_name(result: Resolution) -> str:
     return Mode.from_graph_run_mode(mode if isinstance(mode, int) else 1).prose
 
 
-_TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]|\\.)*"|[^\]"])*\]')
+_TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]++|\\.)*+"|[^\]"]++)*+\]')
+"""Possessive: a megabyte-long table path holds no backtracking point per character."""
 """Where a policy value was written, as messages quote it: a profile's name is no option."""
 
 
@@ -604,9 +605,6 @@ _LOOKS_LIKE_JSON_OR_YAML: Final = re.compile(
 writes `key =`, and `[[` opens an array of tables)."""
 
 
-_KEY_BEFORE_VALUE: Final = re.compile(r"^\s*(.+?)\s*=\s*$")
-
-
 def _too_deep(text: str) -> str:
     """The refusal of a file nested too deeply, naming the line and key of the first value
     that goes past DEEP_NESTING levels when a scan finds one."""
@@ -619,6 +617,13 @@ def _too_deep(text: str) -> str:
         f"nested too deeply: {what} at line {line} has over {DEEP_NESTING} levels of arrays "
         "or inline tables"
     )
+
+
+def _key_before(prefix: str) -> str:
+    """The key of `key = ` before a value on its line, else "". String methods, not a regular
+    expression: one over a long run of blanks backtracked in cubic time (seconds for 2,000)."""
+    body = prefix.strip()
+    return body[:-1].rstrip() if body.endswith("=") and len(body) > 1 else ""
 
 
 def _deep_value(text: str) -> tuple[int, str] | None:
@@ -654,8 +659,7 @@ def _deep_value(text: str) -> tuple[int, str] | None:
         elif ch in "[{":
             if depth == 0:
                 start_line = line
-                found = _KEY_BEFORE_VALUE.match(text[text.rfind("\n", 0, i) + 1 : i])
-                key = found.group(1) if found else ""
+                key = _key_before(text[text.rfind("\n", 0, i) + 1 : i])
             depth += 1
             if depth > DEEP_NESTING:
                 return start_line, key

@@ -23,7 +23,8 @@ MAX_SOUGHT_TOKENS: Final = 20_000
 is placed at its nearest parent already found: its message still names its path."""
 
 _WS: Final = re.compile(r"[ \t\n\r]*")
-_TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],]', re.DOTALL)
+_TOKEN: Final = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\],]', re.DOTALL)
+"""Possessive, as _json's: a long string holds no backtracking point per character."""
 _DECODER: Final = json.JSONDecoder()
 
 
