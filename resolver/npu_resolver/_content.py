@@ -50,13 +50,45 @@ _CAN_ACT: Final[Mapping[str, Callable[[State], bool]]] = {
 variable, another option): a NOT_CHECKED note names them only where they could have acted."""
 
 
+_CONDITIONS: Final = {
+    option: tuple((rule, _CAN_ACT.get(rule)) for rule in rules)
+    if any(rule in _CAN_ACT for rule in rules)
+    else None
+    for option, rules in CONTENT_RULES.items()
+}
+"""Per option, its content rules with the condition each acts under (None: always); None for
+an option whose rules all act always."""
+
+
 def _unchecked(state: State, option: str) -> tuple[str, ...]:
     """The content rules of `option` that the file's text would have let act here."""
-    return tuple(
-        rule
-        for rule in CONTENT_RULES[option]
-        if (can_act := _CAN_ACT.get(rule)) is None or can_act(state)
+    conditions = _CONDITIONS[option]
+    if conditions is None:
+        return CONTENT_RULES[option]
+    return tuple([rule for rule, can_act in conditions if can_act is None or can_act(state)])
+
+
+_NOT_ATTACHED: dict[tuple[str, tuple[str, ...]], str] = {}
+"""NOT_CHECKED's words for an option and the rules left unchecked, written once each (a few
+dozen in all): most requests name a file whose content they do not attach."""
+
+
+def _not_attached(option: str, rules: tuple[str, ...]) -> str:
+    message = _NOT_ATTACHED.get((option, rules))
+    if message is None:
+        message = _NOT_ATTACHED[(option, rules)] = _unchecked_message(
+            f"{option} names a file whose content was not attached", rules, "attach it"
+        )
+    return message
+
+
+def _unchecked_message(why: str, rules: tuple[str, ...], fix: str) -> str:
+    which = (
+        f"{rules[0]} was not checked; {fix} to check that rule."
+        if len(rules) == 1
+        else f"{', '.join(rules)} were not checked; {fix} to check them."
     )
+    return f"{why}, so {which}"
 
 
 FORMAT_RULES: Final[Mapping[str, str]] = {
@@ -344,23 +376,18 @@ def apply_content_rules(
             and slot.source is Source.POLICY_LOCKED
             and slot.requested is not _NOTHING_ASKED
         )
-        if text is None or replaced:
+        if text is None:
             rules = _unchecked(state, option)
-            if replaced:
-                why = (
-                    f"{option} is locked by the policy to {show(slot.value)}, but the attachment "
-                    f"is the content of {show(slot.requested)}, the file the request named"
-                )
-                fix = "attach the locked file"
-            else:
-                why = f"{option} names a file whose content was not attached"
-                fix = "attach it"
-            which = (
-                f"{rules[0]} was not checked; {fix} to check that rule."
-                if len(rules) == 1
-                else f"{', '.join(rules)} were not checked; {fix} to check them."
+            state.emit(Code.NOT_CHECKED, option, rules[0], _not_attached(option, rules))
+            continue
+        if replaced:
+            rules = _unchecked(state, option)
+            why = (
+                f"{option} is locked by the policy to {show(slot.value)}, but the attachment "
+                f"is the content of {show(slot.requested)}, the file the request named"
             )
-            state.emit(Code.NOT_CHECKED, option, rules[0], f"{why}, so {which}")
+            message = _unchecked_message(why, rules, "attach the locked file")
+            state.emit(Code.NOT_CHECKED, option, rules[0], message)
             continue
         parsed = _parse(state, option, text)
         apply = _RULES.get(option)
