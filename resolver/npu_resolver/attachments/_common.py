@@ -343,17 +343,15 @@ def content_lines(text: str) -> Iterator[tuple[int, str, int]]:
 def split_items(text: str, column: int, sep: str = ",") -> Iterator[tuple[str, int]]:
     """Split `text` (starting at `column`) on `sep`; each item is stripped, with its column.
 
-    A generator, so a parse stopped at the issue limit does not split the rest of a long line.
+    Split at once (in C: a line of a megabyte in a few milliseconds), stepped through lazily.
     """
-    start = 0
-    while True:
-        end = text.find(sep, start)
-        part = text[start:] if end < 0 else text[start:end]
-        body = part.lstrip()
-        yield body.rstrip(), column + start + len(part) - len(body)
-        if end < 0:
-            return
-        start = end + len(sep)
+    at = column
+    step = len(sep)
+    for part in text.split(sep):
+        body = part.strip()
+        # The column of the item's first character; a blank item's is past its blanks.
+        yield body, at + (len(part) - len(part.lstrip()) if body else len(part))
+        at += len(part) + step
 
 
 def split_pair(body: str, column: int, sep: str = "=") -> tuple[str, str, int] | None:

@@ -63,6 +63,7 @@ KNOWN_DTYPES: Final = (
     "string",
 )
 """Ascend IR dtype names; the source defers to each op's info library, so others are notes."""
+_KNOWN: Final = frozenset(KNOWN_DTYPES)
 _DTYPE_WORD: Final = re.compile(r"[A-Za-z0-9_]+")
 _LAYOUT: Final = (
     "expected 'Opname::InputDtype:d,...,OutputDtype:d,...' or "
@@ -149,6 +150,9 @@ def _spec(text: str, line: int, column: int, issues: Issues) -> DtypeSpec | None
     parts: dict[str, list[str]] = {}
     current: list[str] | None = None
     for raw, raw_at in split_items(text, column):
+        if current is not None and raw in _KNOWN:  # most items: a known dtype, nothing to say
+            current.append(raw)
+            continue
         item, at = raw, raw_at
         keyword, colon, dtype = raw.partition(":")
         if colon:
@@ -181,7 +185,7 @@ def _dtype_ok(item: str, line: int, column: int, issues: Issues) -> bool:
     if not _DTYPE_WORD.fullmatch(item):
         issues.error(line, column, f"{show(item)} is not a dtype name")
         return False
-    if item not in KNOWN_DTYPES and issues.room(error=False):
+    if item not in _KNOWN and issues.room(error=False):
         suggestion = closest(item, KNOWN_DTYPES)
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
         text = (

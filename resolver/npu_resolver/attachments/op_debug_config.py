@@ -106,11 +106,12 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
     ops: list[str] = []
     if not value:
         issues.error(line, column, "'op_debug_list' names no op")
+    marked = bool(full_width(value))  # searched once for the line, then only if it has any
     for item, at in split_items(value, column) if value else ():
         prefix, found, op_type = item.partition("::")
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
-        elif full_width(item):  # two names run together: no op is named so
+        elif marked and full_width(item):  # two names run together: no op is named so
             issues.error(line, at, f"op name {show(item)} is two names run together")
         elif not found:
             ops.append(item)
