@@ -1194,3 +1194,34 @@ def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
         'precision_mode     "allow_fp32_to_fp16" PRODUCT_DEFAULT  (absent)                  '
         "(absent)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("option", "product", "allowed"),
+    [
+        ("aicore_num", "atlas-a2", "the form above"),  # 'CUBE|VECTOR', said in the summary
+        ("input_batch_cpy", "atlas-350", "true, false"),
+        ("input_batch_cpy", "atlas-training", "-"),  # the product lacks the option
+        ("debug_dir", "atlas-a2", "a path (see the rules)"),
+        ("hccl_timeout", "atlas-training", "(0, 17340]"),
+    ],
+)
+def test_explain_says_what_each_product_allows(option: str, product: str, allowed: str) -> None:
+    proc = run("explain", option, "--product", product)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith(f"  {product} "))
+    assert row.split("  ")[-1].strip().split(";")[0] == allowed, row
+
+
+def test_diff_cells_are_cut_to_sixty_terminal_columns() -> None:
+    """A long CJK path takes two columns a character: cut by the columns it takes."""
+    from npu_resolver._cli._render import columns
+
+    folder = "/数据" + "/很长的目录名称" * 8
+    proc = run(
+        "diff", "--all", "--product", "atlas-a2", "atlas-training", "--set", f"debug_dir={folder}"
+    )
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("debug_dir "))
+    cells = [cell for cell in row.split("  ") if cell.strip()][1:]
+    assert len(cells) == 2 and all(cell.strip().endswith("...") for cell in cells), row
+    assert all(columns(cell.strip()) <= 60 for cell in cells), row

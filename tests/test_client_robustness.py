@@ -642,6 +642,8 @@ def test_the_channel_keeps_grpcs_connect_timeout() -> None:
         " 127.0.0.1:50051",
         "http://127.0.0.1:1",
         "HTTPS://resolver:443",
+        "grpc://127.0.0.1:50051",
+        "k8s:///resolver.ns:50051",  # Python's gRPC takes no resolver of the caller's own
     ],
 )
 @pytest.mark.parametrize("kind", [ResolverClient, AsyncResolverClient])
@@ -662,7 +664,8 @@ def test_a_target_that_is_not_host_port_is_refused_at_construction(
         "[fe80::1%eth0]:50051",  # a link-local address with its zone
         "dns:///resolver.ns.svc:50051",
         "unix:/run/r.sock",
-        "k8s:///resolver.ns:50051",  # a scheme of the caller's own resolver
+        "DNS:///resolver.ns.svc:50051",  # gRPC reads a scheme in any case
+        "xds:///resolver",
     ],
 )
 def test_host_port_and_grpc_targets_are_taken(target: str) -> None:

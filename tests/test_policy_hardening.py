@@ -594,3 +594,41 @@ def test_a_policy_that_fails_every_job_it_reaches_is_loaded_and_said(
         assert store.reload().changed
     events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
     assert events == ["policy_reloaded", "policy_fails_jobs"]
+
+
+def test_a_defect_in_judging_a_policy_does_not_stop_it_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The policy_fails_jobs warning is a warning: a file the loader took is in force even if
+    judging it fails (the failure is logged), at start and at reload."""
+    import npu_resolver
+
+    def broken(*_: object) -> object:
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(npu_resolver, "diagnostics_from_policy", broken)
+    path = tmp_path / "policy.toml"
+    store = _store(path)
+    assert store.version
+    path.write_text(OTHER)
+    outcome = store.reload()
+    assert outcome.changed and not outcome.error and store.status().last_reload_error == ""
+    assert "judging the policy for the jobs it fails went wrong" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("prefix", "key"),
+    [
+        ("y = ", "y"),
+        ("  a.b =  ", "a.b"),
+        ('"quoted key" =', '"quoted key"'),
+        (" " * 5000, ""),
+        ("=", ""),
+        ("x", ""),
+        ("y = 1, z =", "y = 1, z"),
+    ],
+)
+def test_the_key_before_a_value_too_deep_is_read_from_its_line(prefix: str, key: str) -> None:
+    from npu_resolver._policy import _key_before
+
+    assert _key_before(prefix) == key

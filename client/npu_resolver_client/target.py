@@ -8,11 +8,20 @@ from __future__ import annotations
 import re
 from typing import Final
 
-SCHEMES: Final = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
-"""gRPC's own name schemes, some written without '//' (unix:path): passed on as they are."""
+SCHEMES: Final = (
+    "dns:",
+    "unix:",
+    "unix-abstract:",
+    "ipv4:",
+    "ipv6:",
+    "vsock:",
+    "xds:",
+    "google-c2p:",
+)
+"""The name schemes gRPC for Python resolves (a resolver of one's own cannot be added there):
+a target written with one, in any case, is passed on as it is."""
 _URI: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-"""Any other scheme with an authority (xds:///, a resolver of the caller's own): passed on."""
-_WEB: Final = ("http://", "https://")
+"""Any other scheme: gRPC would look the whole text up as a host name (grpc://, http://)."""
 _HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+(?:%[^\s\]/]+)?\]|[^\s:/\[\]]+):([0-9]{1,5})")
 """host:port, or [IPv6]:port with an optional zone (fe80::1%eth0)."""
 FORM: Final = "HOST:PORT with a port in 1-65535 (or a gRPC target such as dns:///host:port)"
@@ -24,10 +33,14 @@ def checked_target(target: str) -> str:
     if not isinstance(target, str):
         kind = type(target).__name__
         raise TypeError(f"target must be a str such as '127.0.0.1:50051', not {kind}")
-    if target.lower().startswith(_WEB):  # gRPC would look the whole text up as a host name
-        raise ValueError(f"target {target!r} is not {FORM}; a gRPC target takes no http scheme")
-    if target.startswith(SCHEMES) or _URI.match(target):
+    if target.lower().startswith(SCHEMES):
         return target
+    if _URI.match(target):
+        schemes = ", ".join(scheme.rstrip(":") for scheme in SCHEMES)
+        raise ValueError(
+            f"target {target!r} is not {FORM}: gRPC knows no scheme {target.partition(':')[0]!r} "
+            f"and would look the whole text up as a host name; use {schemes}, or none"
+        )
     match = _HOST_PORT.fullmatch(target)
     if match is None or not 1 <= int(match.group(1)) <= 65535:
         raise ValueError(f"target {target!r} is not {FORM}")

@@ -465,8 +465,8 @@ def _mode_name(result: Resolution) -> str:
 
 
 _TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]++|\\.)*+"|[^\]"]++)*+\]')
-"""Possessive: a megabyte-long table path holds no backtracking point per character."""
-"""Where a policy value was written, as messages quote it: a profile's name is no option."""
+"""Where a policy value was written, as messages quote it: a profile's name is no option.
+Possessive: a megabyte-long table path holds no backtracking point per character."""
 
 
 def _names(option: str, text: str) -> bool:
@@ -599,10 +599,10 @@ def _toml_problem(text: str, exc: ValueError) -> str:
 
 
 _LOOKS_LIKE_JSON_OR_YAML: Final = re.compile(
-    r"\ufeff?(?:\s*#[^\n]*\n)*\s*(?:\{|---|[A-Za-z_][\w-]*:(?:\s|$))"
+    r"\ufeff?(?:\s*#[^\n]*\n)*\s*(?:\{|\[\s*\{|---|[A-Za-z_][\w.-]*:(?:\s|$))"
 )
-"""A file that opens as a JSON object, a YAML document marker or a YAML `key:` line (TOML
-writes `key =`, and `[[` opens an array of tables)."""
+"""A file that opens as a JSON object or array of objects, a YAML document marker or a YAML
+`key:` line, dotted or not (TOML writes `key =`, and `[[` opens an array of tables)."""
 
 
 def _too_deep(text: str) -> str:

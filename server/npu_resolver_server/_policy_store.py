@@ -72,21 +72,35 @@ MAX_FAILURES_LOGGED: Final = 10
 
 
 def _fails_jobs(policy: PolicyLike) -> tuple[str, ...]:
-    """What the policy's own values fail every job with that leaves them be (a lock a mode
-    refuses: `force_fp16` for training, R-PM-3), as `npu-resolve policy check` says it: the
-    file is valid, so it is loaded, but an operator must hear of it."""
+    """What the policy's own values fail the jobs they reach with, where those jobs leave them
+    be (a lock a mode refuses: `force_fp16` for training jobs, R-PM-3), as `npu-resolve policy
+    check` says it: the file is valid, so it is loaded, but an operator must hear of it."""
     if not isinstance(policy, npu_resolver.Policy):
         return ()
     if len(policy.profile_names()) > MAX_PROFILES_JUDGED:
+        log.info(
+            "policy not judged for the jobs it fails; npu-resolve policy check does that",
+            extra={
+                "fields": {
+                    "event": "policy_not_judged",
+                    "policy_version": policy.version,
+                    "profiles": len(policy.profile_names()),
+                }
+            },
+        )
         return ()
-    said = npu_resolver.diagnostics_from_policy(policy)
+    try:
+        said = npu_resolver.diagnostics_from_policy(policy)
+    except Exception:  # a warning's defect must not stop a load, which stays valid
+        log.exception("judging the policy for the jobs it fails went wrong")
+        return ()
     return tuple(s.text for s in said if s.severity is npu_resolver.Severity.ERROR)
 
 
 def _warn_fails_jobs(version: str, failures: tuple[str, ...]) -> None:
     if failures:
         log.warning(
-            "the policy in force fails every job it reaches that leaves these values be",
+            "the policy in force fails the jobs it reaches that leave these values be",
             extra={
                 "fields": {
                     "event": "policy_fails_jobs",

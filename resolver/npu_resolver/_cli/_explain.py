@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._catalog import CATALOG
 from .._describe import describe_option
-from .._model import CATALOG_VERSION, JSON, cut_text
+from .._model import CATALOG_VERSION, JSON
 from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
 from .._schema import OptType
-from ._render import columns, padded, shown
+from ._render import columns, cut_to, padded, shown
 
 if TYPE_CHECKING:
     from .._diff import DiffResult
@@ -121,6 +121,8 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
             allowed = "-"
         elif not allowed and option.type is OptType.BOOL:
             allowed = "true, false"
+        elif not allowed and option.type is OptType.PATH:
+            allowed = "a path (see the rules)"
         elif not allowed:  # a value of a form of its own ('CUBE|VECTOR'), said above
             allowed = "the form above" if option.validator is not None else "any"
         lines.append(
@@ -166,7 +168,7 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
             "(absent)"
             if (cell := row.cells.get(pid)) is None
             # A cell of 60 columns at most: a long path or object stays one line, cut.
-            else cut_text(shown(f"{_value(cell.value)} {cell.source.value}"), MAX_CELL)
+            else cut_to(shown(f"{_value(cell.value)} {cell.source.value}"), MAX_CELL)
             for pid in result.products
         ]
         for row in rows

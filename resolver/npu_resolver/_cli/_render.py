@@ -56,6 +56,19 @@ def _is_joining_jamo(char: str) -> bool:
     return "\u1160" <= char <= "\u11ff" or "\ud7b0" <= char <= "\ud7ff"
 
 
+def cut_to(text: str, width: int) -> str:
+    """`text` within `width` terminal columns, "..." ending one that was wider."""
+    if columns(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _char_columns(char)
+        if used > width - 3:
+            break
+        kept.append(char)
+    return "".join(kept) + "..."
+
+
 def padded(text: str, width: int) -> str:
     """`text` filled with spaces to `width` columns (as f"{text:<{width}}" for ASCII)."""
     return text + " " * (width - columns(text))

@@ -122,6 +122,7 @@ class Issues:
         "_marks",
         "_omitted_notes",
         "_stopped",
+        "outside",
         "rule",
         "text",
     )
@@ -130,6 +131,9 @@ class Issues:
         self.rule = rule
         self.text = ""
         """The file's text, for what an error says of its line (full-width punctuation)."""
+        self.outside: Callable[[str], str] | None = None
+        """What of the text a format's punctuation can stand in (JSON: not its strings nor
+        comments), when not all of it."""
         self._lines: list[str] | None = None
         self._marks: dict[int, str] = {}
         self._items: list[ParseIssue] = []
@@ -141,7 +145,8 @@ class Issues:
         """The full-width separators on line `line` (counted from 1) of the file, found once
         per line: a hundred errors on one line of a megabyte search it once."""
         if self._lines is None:
-            self._lines = self.text.split("\n")
+            text = self.text if self.outside is None else self.outside(self.text)
+            self._lines = text.split("\n")
         marks = self._marks.get(line)
         if marks is None:
             inside = 0 < line <= len(self._lines)

@@ -179,6 +179,11 @@ def _blank_comments(text: str) -> tuple[str, int | None]:
     return "".join(parts), first
 
 
+def _outside_strings(text: str) -> str:
+    """`text` with its strings and '//' comments blanked: what lies between JSON's tokens."""
+    return _STRING_OR_COMMENT.sub(lambda match: " " * len(match.group()), text)
+
+
 def load_object(
     text: str, issues: Issues, *, allow_comments: bool = False, rule: str | None = None
 ) -> JsonDoc | None:
@@ -189,6 +194,7 @@ def load_object(
     is the rule the file's being JSON comes from, when not the parser's own.
     """
     comment_at = None
+    issues.outside = _outside_strings  # full-width marks count between tokens only
     if allow_comments:
         text, comment_at = _blank_comments(text)
     repeated: list[str] = []

@@ -111,8 +111,14 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
         prefix, found, op_type = item.partition("::")
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
-        elif marked and full_width(item):  # two names run together: no op is named so
-            issues.error(line, at, f"op name {show(item)} is two names run together")
+        elif marked and full_width(item):  # no op is named so (the hint says which mark)
+            halves = [half.strip() for half in item.split("，")]
+            what = (
+                "is two names run together"
+                if len(halves) > 1 and all(halves)
+                else "holds full-width punctuation"
+            )
+            issues.error(line, at, f"op name {show(item)} {what}")
         elif not found:
             ops.append(item)
         elif prefix.casefold() != OP_TYPE_PREFIX.casefold():
