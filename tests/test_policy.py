@@ -542,3 +542,25 @@ def test_r_odc_2_an_answers_options_resolved_again_take_the_files_they_name() ->
     assert [(d.code, d.rule) for d in again.errors] == [("CONFLICT", "R-ODC-2")]
     without = resolve(ResolveRequest(product="atlas-a2", config=dict(first.options)), policy=policy)
     assert without.ok and without.options == first.options
+
+
+def test_r_hct_3_a_profiles_shared_default_is_not_checked_where_the_default_profile_locks_it() -> (
+    None
+):
+    """Every profile holds the default profile's locks: a profile's default for every product
+    never reaches a product the default profile locks the option on, so that product does not
+    refuse it."""
+    text = """
+[profiles.default.products.atlas-training.locked]
+hccl_timeout = 1224
+[profiles.default.products.atlas-300i-duo.locked]
+hccl_timeout = 1224
+[profiles.ci.defaults]
+hccl_timeout = 20000
+"""
+    policy = parse_policy(text, "p.toml")
+    a2 = resolve(ResolveRequest(product="atlas-a2", profile="ci"), policy=policy)
+    training = resolve(ResolveRequest(product="atlas-training", profile="ci"), policy=policy)
+    assert a2.ok and a2.options["hccl_timeout"] == 20000
+    assert training.ok and training.options["hccl_timeout"] == 1224
+    assert training.provenance["hccl_timeout"].source == "POLICY_LOCKED"

@@ -291,17 +291,44 @@ def _own_table(table: str, pid: str, refusing: list[str]) -> str:
     return f"; give {who} a value of its own, as in [{profile}.products.{pid}.{kind}]"
 
 
-def _reached(scopes: list[tuple[str | None, str, Any]], kind: str, key: str) -> list[str]:
+def _reached(
+    scopes: list[tuple[str | None, str, Any]],
+    kind: str,
+    key: str,
+    inherited: Mapping[str, set[str]],
+) -> list[str]:
     """The products a value for every product reaches: not those whose own table of the same
     kind sets the option (its value replaces the shared one there), nor, for a default, those
-    that lock it (the lock wins there)."""
+    that lock it, in the profile or in the default profile whose locks every profile holds
+    (`inherited`: product -> the options it locks there); the lock wins there."""
     own = {kind, "locked"}
     replaced = {
         pid
         for pid, _, body in scopes
         if pid is not None and any(isinstance(body.get(k), dict) and key in body[k] for k in own)
     }
+    if kind == "defaults":
+        replaced.update(pid for pid, keys in inherited.items() if key in keys)
     return [pid for pid in PRODUCT_IDS if pid not in replaced]
+
+
+def _default_locks(profiles: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Per product, the options the default profile locks there (for every product, or in the
+    product's own table), as every other profile holds them."""
+    base = profiles.get(DEFAULT_PROFILE)
+    locks: dict[str, set[str]] = {pid: set() for pid in PRODUCT_IDS}
+    if not isinstance(base, dict):
+        return locks
+    shared = base.get("locked")
+    if isinstance(shared, dict):
+        for keys in locks.values():
+            keys.update(shared)
+    products = base.get("products")
+    for alias, body in products.items() if isinstance(products, dict) else ():
+        pid = product_id(alias)
+        if pid is not None and isinstance(body, dict) and isinstance(body.get("locked"), dict):
+            locks[pid].update(body["locked"])
+    return locks
 
 
 def _read_tables(
@@ -315,7 +342,10 @@ def _read_tables(
     if not isinstance(profiles_raw, dict):
         return {}, [*problems, "'profiles' must be a table"]
     profiles: dict[str, _Profile] = {}
+    default_locks = _default_locks(profiles_raw)
+    no_locks: dict[str, set[str]] = {}
     for name, body in profiles_raw.items():
+        inherited = default_locks if name != DEFAULT_PROFILE else no_locks
         at = f"profiles.{toml_key(name)}"
         if not name:  # no request can name it: an empty profile means "default"
             problems.append(
@@ -371,7 +401,7 @@ def _read_tables(
                             + (f"; did you mean {hint!r}?" if hint else "")
                         )
                         continue
-                    pids = [pid] if pid else _reached(scopes, kind, key)
+                    pids = [pid] if pid else _reached(scopes, kind, key, inherited)
                     problems += _check_value(
                         catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
