@@ -564,3 +564,29 @@ hccl_timeout = 20000
     assert a2.ok and a2.options["hccl_timeout"] == 20000
     assert training.ok and training.options["hccl_timeout"] == 1224
     assert training.provenance["hccl_timeout"].source == "POLICY_LOCKED"
+
+
+def test_a_shared_default_its_profiles_own_shared_lock_wins_over_is_noted_not_refused() -> None:
+    """The profile's own lock for every product wins everywhere, as the default profile's
+    does: its default is checked nowhere (a value no config could hold is still refused)."""
+    text = (
+        "[profiles.ci.locked]\nhccl_timeout = 1224\n[profiles.ci.defaults]\nhccl_timeout = 20000\n"
+    )
+    policy = parse_policy(text, "p.toml")
+    assert policy.summary()["defaults_that_never_act"] == [
+        "hccl_timeout default from [profiles.ci.defaults] never acts on any product: it is "
+        "locked from [profiles.ci.locked]"
+    ]
+    garbage = "[profiles.default.locked]\nhccl_timeout = 1224\n"
+    garbage += '[profiles.ci.defaults]\nhccl_timeout = "x"\n'
+    assert refused(garbage) == (
+        "p.toml: [profiles.ci.defaults] hccl_timeout: hccl_timeout 'x' is not an integer; set an "
+        "integer. (R-HCT-1)"
+    )
+
+
+@pytest.mark.parametrize("text", ['[{"profiles": {}}]\n', "profiles.default.defaults:\n  a: 1\n"])
+def test_a_policy_written_as_json_or_yaml_is_told_it_is_toml(text: str) -> None:
+    assert refused(text).endswith(
+        "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"
+    )

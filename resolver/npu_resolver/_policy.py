@@ -239,6 +239,14 @@ def _check_value(
         if isinstance(parsed, Problem):
             return [f"[{table}] {key}: {parsed.message} ({parsed.rule})"]
         return []
+    if not scoped and not pids:
+        # A default every product's lock wins over acts nowhere (policy check notes it), but
+        # a value no config could hold is still refused, on a product that has the option.
+        pid = next(p for p in PRODUCT_IDS if _exists(catalog, p, key))
+        parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
+        if isinstance(parsed, Problem):
+            return [f"[{table}] {key}: {parsed.message} ({parsed.rule})"]
+        return []
     refusals: dict[str, str] = {}  # product -> why it refuses the value
     for pid in pids:
         if not _exists(catalog, pid, key):
@@ -309,6 +317,9 @@ def _reached(
     }
     if kind == "defaults":
         replaced.update(pid for pid, keys in inherited.items() if key in keys)
+        shared: Mapping[str, Any] = next((body for pid, _, body in scopes if pid is None), {})
+        if isinstance(shared.get("locked"), dict) and key in shared["locked"]:
+            return []  # the profile's own lock for every product wins everywhere
     return [pid for pid in PRODUCT_IDS if pid not in replaced]
 
 

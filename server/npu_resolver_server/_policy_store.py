@@ -92,7 +92,10 @@ def _fails_jobs(policy: PolicyLike) -> tuple[str, ...]:
     try:
         said = npu_resolver.diagnostics_from_policy(policy)
     except Exception:  # a warning's defect must not stop a load, which stays valid
-        log.exception("judging the policy for the jobs it fails went wrong")
+        log.exception(
+            "judging the policy for the jobs it fails went wrong",
+            extra={"fields": {"event": "policy_judge_failed", "policy_version": policy.version}},
+        )
         return ()
     return tuple(s.text for s in said if s.severity is npu_resolver.Severity.ERROR)
 

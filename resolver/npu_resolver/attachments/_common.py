@@ -202,7 +202,9 @@ class Issues:
         advice: bool = False,
     ) -> None:
         message = where(line, column) + text
-        marks = self._marks_on(line) if not normalized else ""
+        # The line's marks between tokens; else those of the word the message quotes (a
+        # string in a JSON file, whose marks the line's count leaves out).
+        marks = (self._marks_on(line) or full_width(text)) if not normalized else ""
         if marks:
             message += full_width_hint(marks)
         self._items.append(

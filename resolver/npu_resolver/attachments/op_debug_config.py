@@ -114,7 +114,7 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
         elif marked and full_width(item):  # no op is named so (the hint says which mark)
             halves = [half.strip() for half in item.split("，")]
             what = (
-                "is two names run together"
+                "is names run together"
                 if len(halves) > 1 and all(halves)
                 else "holds full-width punctuation"
             )
