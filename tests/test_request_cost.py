@@ -293,7 +293,8 @@ def test_errors_on_one_long_line_search_it_once_for_full_width_marks(
         )
     )
     assert sum(d.code == Code.INVALID_VALUE for d in result.diagnostics) >= 20
-    assert len(calls) == 1
+    # The line once; each error's own short message (it quotes a word cut short) is looked at.
+    assert [len(text) for text in calls if len(text) > 10_000] == [len(mixlist)]
 
 
 def test_a_megabyte_string_in_a_json_file_with_comments_is_read_in_bounded_memory() -> None:
