@@ -229,20 +229,13 @@ def _check_value(
     shape = config_shape({key: value}, max_depth=_ANY_DEPTH)
     if shape is not None:  # a job's config could not hold it: the answer would not read back
         return [f"[{table}] {key}: the value is too big for a job's config ({shape})"]
-    if not scoped and not any(_exists(catalog, pid, key) for pid in PRODUCT_IDS):
-        # An option of no product in this version (R-ERP-1, say): its value reaches every job
-        # all the same, which refuses it if no config could hold it (NaN); refused here
-        # instead, in the same words. Any other value is taken, and `check` notes that it
-        # never acts (values_that_never_act).
-        pid = PRODUCT_IDS[0]
-        parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
-        if isinstance(parsed, Problem):
-            return [f"[{table}] {key}: {parsed.message} ({parsed.rule})"]
-        return []
-    if not scoped and not pids:
-        # A default every product's lock wins over acts nowhere (policy check notes it), but
-        # a value no config could hold is still refused, on a product that has the option.
-        pid = next(p for p in PRODUCT_IDS if _exists(catalog, p, key))
+    having = [pid for pid in PRODUCT_IDS if _exists(catalog, pid, key)]
+    if not scoped and not (having and pids):
+        # The value acts on no product: the option is in none in this version (R-ERP-1, say),
+        # or a lock wins over this default wherever it reaches. `check` notes it (values_ or
+        # defaults_that_never_act); a value no config could hold (NaN) is still refused, in
+        # the words a job would get, on a product that has the option if one does.
+        pid = (having or PRODUCT_IDS)[0]
         parsed = parse(catalog.view(pid, Mode.TRAINING)[key], value, product=pid)
         if isinstance(parsed, Problem):
             return [f"[{table}] {key}: {parsed.message} ({parsed.rule})"]
