@@ -265,6 +265,29 @@ def test_explain_json_carries_file_format_example() -> None:
     assert "oom" in data["file_format"]["example"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("products",),
+        ("explain",),
+        ("explain", "hccl_timeout"),
+        ("diff", "--product", "atlas-a2", "--product", "atlas-350"),
+    ],
+)
+def test_every_command_takes_format_json_as_resolve_does(command: tuple[str, ...]) -> None:
+    """`--format json` is resolve's spelling; the other commands take it too, `--json` being
+    its short form, and refuse the two together or a format they do not print."""
+    long, short = run(*command, "--format", "json"), run(*command, "--json")
+    assert long.returncode == short.returncode == 0
+    assert json.loads(long.stdout) == json.loads(short.stdout)
+    both = run(*command, "--json", "--format", "table")
+    assert both.returncode == 2
+    assert "argument --format: not allowed with argument --json" in both.stderr
+    other = run(*command, "--format", "env")
+    assert other.returncode == 2
+    assert "invalid choice: 'env'" in other.stderr
+
+
 def test_diff_shows_what_changes_between_products() -> None:
     proc = run(
         "diff",

@@ -561,6 +561,19 @@ def test_health_serving(grpc_target: str) -> None:  # noqa: F811
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def test_health_list_names_every_service_as_check_does(grpc_target: str) -> None:  # noqa: F811
+    """List is part of the health protocol and reflection advertises it: a caller that uses it
+    to find the services must not get UNIMPLEMENTED."""
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = stub.List(health_pb2.HealthListRequest(), timeout=5)
+    serving = health_pb2.HealthCheckResponse.SERVING
+    assert {name: s.status for name, s in reply.statuses.items()} == {
+        "": serving,
+        HEALTH_SERVICE: serving,
+    }
+
+
 def test_health_not_serving_during_drain() -> None:
     with (
         ThreadServer(ServerSettings(port=0, grace_seconds=2)) as server,
@@ -571,7 +584,31 @@ def test_health_not_serving_during_drain() -> None:
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
         server.run(server.built.health.enter_graceful_shutdown())
         assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        listed = stub.List(health_pb2.HealthListRequest(), timeout=5)
+        assert {s.status for s in listed.statuses.values()} == {
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        }
         watch.cancel()
+
+
+def test_reflection_answers_under_v1_too(grpc_target: str) -> None:  # noqa: F811
+    """Clients on gRPC's v1 reflection API (the current one) ask grpc.reflection.v1 first;
+    the messages are v1alpha's, field for field."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    asked = reflection_pb2.ServerReflectionRequest(file_containing_symbol=HEALTH_SERVICE)
+    with grpc.insecure_channel(grpc_target) as channel:
+        call = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        listed, found = list(
+            call(iter([reflection_pb2.ServerReflectionRequest(list_services=""), asked]), timeout=5)
+        )
+    assert HEALTH_SERVICE in {s.name for s in listed.list_services_response.service}
+    files = found.file_descriptor_response.file_descriptor_proto
+    assert any(b"npu/resolver/v1/resolver.proto" in f for f in files)
 
 
 def test_reflection_only_client_lists_and_calls_resolve(grpc_target: str) -> None:  # noqa: F811
@@ -1001,8 +1038,9 @@ def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:
 
 
 def test_a_batch_item_whose_answer_alone_passes_the_limit_does_not_stop_the_others() -> None:
-    """Sent again in a batch it would never fit: it gets its own RESOURCE_EXHAUSTED saying to
-    use Resolve (which cuts a long report to fit), and the items after it are answered."""
+    """Sent again in a batch it would never fit: its report of errors gets its own
+    RESOURCE_EXHAUSTED saying to use Resolve (which cuts a long report to fit), and the items
+    after it are answered."""
     ok = ResolveRequest("atlas-a2", {"hccl_timeout": 600})
     big = ResolveRequest("atlas-a2", {f"zz_unknown_option_{i}": i for i in range(500)})
     settings = ServerSettings(port=0, max_message_bytes=65536)
@@ -1019,6 +1057,49 @@ def test_a_batch_item_whose_answer_alone_passes_the_limit_does_not_stop_the_othe
         with pytest.raises(ResolveError) as info:  # as the message says
             client.resolve_request(big)
         assert info.value.violations
+
+
+def test_a_batch_item_whose_plain_answer_passes_the_limit_is_told_no_call_carries_it() -> None:
+    """An answer without errors is never cut: Resolve cannot deliver it either, so the item
+    does not send the caller there; the unary refusal says what would help."""
+    long = ResolveRequest("atlas-a2", {"debug_dir": "/d" + "a" * 3500})
+    settings = ServerSettings(port=0, max_message_bytes=8192)
+    with ThreadServer(settings) as server, ResolverClient(server.target) as client:
+        alone, small = client.resolve_batch([long, ResolveRequest("atlas-a2")])
+        assert isinstance(small, Resolution)
+        assert isinstance(alone, ResolveFailure)
+        assert alone.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "no reply of this server can carry it" in alone.message
+        assert "Resolve" not in alone.message
+        with pytest.raises(ResolverCallError) as info:
+            client.resolve_request(long)
+        assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "8192 byte message limit" in info.value.details
+        assert "--max-message-bytes raised" in info.value.details
+
+
+def test_a_batch_that_answers_not_even_its_first_item_asks_for_fewer_items() -> None:
+    """Each item fits a reply alone, but not beside the notes of the others: "send the items
+    from 0 on" would be answered the same way again, so the advice is fewer items a call, and
+    following it gets the answers."""
+    item = ResolveRequest("atlas-a2", {"hccl_timeout": 600}, workdir="/jobs/0")
+    with ThreadServer(ServerSettings(port=0)) as server, ResolverClient(server.target) as client:
+        raw = pb.ResolveBatchRequest(requests=[request_to_proto(item)])
+        with grpc.insecure_channel(server.target) as channel:
+            call = channel.unary_unary("/npu.resolver.v1.Resolver/ResolveBatch")
+            one_item = len(call(raw.SerializeToString(), timeout=10))
+    settings = ServerSettings(port=0, max_message_bytes=one_item + 40)
+    with ThreadServer(settings) as server, ResolverClient(server.target) as client:
+        results = client.resolve_batch([item] * 3)
+        assert all(isinstance(r, ResolveFailure) for r in results)
+        for result in results:
+            assert isinstance(result, ResolveFailure)
+            assert result.message.endswith(
+                "at item 0 of 3 (counting from 0); send fewer items a call (the first item's "
+                "answer and a note for each of the others did not fit together)"
+            )
+        (alone,) = client.resolve_batch([item])  # as the message says
+        assert isinstance(alone, Resolution)
 
 
 def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:

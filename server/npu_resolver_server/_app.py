@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from npu_resolver_client.wire import pb
 
@@ -68,6 +68,24 @@ SERVICE_NAMES: Final = (
 )
 
 assert SERVICE == HEALTH_SERVICE == SERVICE_NAMES[0]
+
+REFLECTION_V1: Final = "grpc.reflection.v1.ServerReflection"
+"""gRPC's current reflection service, which clients built on its v1 API ask for: the same
+protocol as v1alpha, message for message, which is all grpcio-reflection serves."""
+
+
+def _add_reflection(server: grpc.aio.Server) -> None:
+    """Server reflection under v1alpha and v1, one servicer answering both."""
+    servicer = reflection.aio.ReflectionServicer(SERVICE_NAMES)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": v1}),)
+    )
 
 
 def _address(host: str, port: int) -> str:
@@ -137,6 +155,18 @@ class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
                 if self._ending:
                     return  # after the last status was sent: NOT_SERVING once draining
                 await self._changed.wait()
+
+    async def List(  # noqa: N802 - the gRPC method's name
+        self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthListResponse:
+        """Every service's status, as Check gives it (the stock asyncio servicer lacks List,
+        which the health protocol and reflection advertise): a server has a handful."""
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status)
+                for name, status in self._server_status.items()
+            }
+        )
 
     async def end_watches(self) -> None:
         """End every open Watch once it has sent the current status (NOT_SERVING)."""
@@ -256,7 +286,7 @@ def create_server(
     server.add_generic_rpc_handlers((service.generic_handler(),))
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(SERVICE_NAMES, server)
+    _add_reflection(server)
     credentials = server_credentials(settings)
     address = _address(settings.host, settings.port)
     if credentials is None:

@@ -62,11 +62,12 @@ def rpc_status(
 
 
 TRAILER_BYTES: Final = 7800
-"""What a failed call's status details and status message (as sent) may take together. A
-default gRPC client refuses trailers over 8 KiB at random (over 16 KiB always), and then the
-caller gets no report at all. It counts each entry decoded (details as bytes, not base64),
-with its key and 32 bytes more: 8,000 bytes of details arrived on every call, 9,000 not; the
-status, message and pid entries' keys and overhead take under 200 bytes of the 8,192."""
+"""What a failed call's status details and status message may take together, as sent. gRPC
+clients cap a trailer at 8 KiB by default, and then the caller gets no report at all: Python's
+(gRPC core) counts binary entries decoded and refuses over 8 KiB at random (always over 16 KiB);
+grpc-java counts them as sent on the wire, in base64, a third larger. So the details count
+here as their base64 text, with the message as percent-encoded: the status, message and pid
+entries' keys and overhead take under 200 bytes of the 8,192."""
 MAX_MESSAGE_CHARS: Final = 500
 SHORT_TEXT_CHARS: Final = 100
 """A report's texts cut further, when even one violation's texts cut to MAX_MESSAGE_CHARS do
@@ -75,10 +76,11 @@ _SENT_AS_IS: Final = bytes(b for b in range(0x20, 0x7F) if b != ord("%"))
 
 
 def trailer_bytes(message: str, details_size: int) -> int:
-    """The trailer bytes a status message and details take: grpc-message percent-encodes each
-    byte outside printable ASCII, and "%" (three bytes for one)."""
+    """The trailer bytes a status message and details take as sent: grpc-message
+    percent-encodes each byte outside printable ASCII, and "%" (three bytes for one), and
+    binary details travel in base64 (four bytes for three)."""
     sent = message.encode("utf-8", "replace")
-    return len(sent) + 2 * len(sent.translate(None, _SENT_AS_IS)) + details_size
+    return len(sent) + 2 * len(sent.translate(None, _SENT_AS_IS)) + 4 * -(-details_size // 3)
 
 
 def error_answer(resolution: Resolution, response: bytes) -> Answer:
@@ -185,27 +187,42 @@ def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
 
 def left_out_answer(first: int, count: int, limit: int) -> Answer:
     """A batch item left out of a reply that reached the message limit at item `first`:
-    RESOURCE_EXHAUSTED, saying which items to send again (the same for each)."""
+    RESOURCE_EXHAUSTED, saying which items to send again (the same for each). When not even the
+    first item was answered, sending the same items again would be answered the same way: the
+    advice is then fewer items a call."""
+    if first == 0:
+        again = (
+            "send fewer items a call (the first item's answer and a note for each of the "
+            "others did not fit together)"
+        )
+    else:
+        again = f"send the items from {first} on in another call"
     return Answer(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         message=(
             f"not answered: the batch's reply reached its {limit} byte message limit at item "
-            f"{first} of {count} (counting from 0); send the items from {first} on in another "
-            "call"
+            f"{first} of {count} (counting from 0); {again}"
         ),
         ok=False,
     )
 
 
-def alone_too_large(size: int, limit: int) -> Answer:
+def alone_too_large(answer: Answer, size: int, limit: int) -> Answer:
     """A batch item whose own answer is over the message limit: sent again in a batch it would
-    never fit, so it says what to do instead (Resolve cuts a long report to fit its trailer)."""
+    never fit. A report of errors fits a unary Resolve, which cuts it to its trailer; an answer
+    without errors is never cut, so no reply of this server carries it."""
+    if answer.code is grpc.StatusCode.OK:
+        instead = (
+            "no reply of this server can carry it: shorten the long values, or have the "
+            "server's --max-message-bytes raised"
+        )
+    else:
+        instead = "send it with Resolve (without validate_only), which cuts a long report to fit"
     return Answer(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         message=(
             f"not answered: this item's answer alone takes {size} bytes, over the batch reply's "
-            f"{limit} byte message limit; send it with Resolve (or validate_only), which cuts "
-            "a long report to fit"
+            f"{limit} byte message limit; {instead}"
         ),
         ok=False,
     )

@@ -182,7 +182,8 @@ class ResolverService:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     message=(
                         f"the reply ({len(answer.payload)} bytes) exceeds the "
-                        f"{self.limits.max_reply_bytes} byte message limit"
+                        f"{self.limits.max_reply_bytes} byte message limit; shorten the long "
+                        "values, or have the server's --max-message-bytes raised"
                     ),
                     ok=False,
                 )
@@ -367,7 +368,7 @@ class ResolverService:
             answer = self._resolve_one(item_bytes[index], item, policy, version)
             part = batch_result(answer)
             if len(tail) + len(part) > limit:  # this item's answer fits in no batch reply
-                answer = alone_too_large(len(part), limit)
+                answer = alone_too_large(answer, len(part), limit)
                 part = batch_result(answer)
             if size + len(part) + reserve * (len(items) - index - 1) > limit:
                 # gRPC would refuse to send the reply: the items answered so far keep their

@@ -186,7 +186,7 @@ def _cmd_products(args: argparse.Namespace) -> int:
     products = _transport(args).products()
     _print(
         json.dumps(products, indent=2, ensure_ascii=False)
-        if args.json
+        if args.format == "json"
         else render_products(products)
     )
     return EXIT_OK
@@ -197,7 +197,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     if args.option is None:  # the list to find a name in
         try:
-            _print(render_option_list(args.product, as_json=args.json))
+            _print(render_option_list(args.product, as_json=args.format == "json"))
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         return EXIT_OK
@@ -207,7 +207,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             f"unknown option {args.option!r}" + (f"; did you mean {hint!r}?" if hint else "")
         )
     try:
-        _print(render_explain(args.option, args.product, as_json=args.json))
+        _print(render_explain(args.option, args.product, as_json=args.format == "json"))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return EXIT_OK
@@ -227,7 +227,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     result = _transport(args).diff(request, args.product)
     _print(
         json.dumps(result.to_json(), indent=2, ensure_ascii=False)
-        if args.json
+        if args.format == "json"
         else render_diff(result, args.all)
     )
     return EXIT_OK if all(r.ok for r in result.results.values()) else EXIT_ERRORS
@@ -354,6 +354,19 @@ def _version_text() -> str:
     return f"npu-resolve {program} (catalog {CATALOG_VERSION})"
 
 
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--format table|json`, as resolve takes it, with `--json` its short form: one or the
+    other, given once."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--format", choices=("table", "json"), action=_Once, help="output format (default: table)"
+    )
+    group.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="--format json"
+    )
+    parser.set_defaults(format="table")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="npu-resolve", description="Resolve an Ascend NPURunConfig before launch."
@@ -377,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.set_defaults(func=_cmd_resolve)
 
     products = sub.add_parser("products", help="list the products and their aliases")
-    products.add_argument("--json", action="store_true")
+    _output_arguments(products)
     _server_arguments(products, "ask a running server")
     products.set_defaults(func=_cmd_products)
 
@@ -386,13 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("option", nargs="?", help="an option name (without it: list them all)")
     explain.add_argument("--product", help="only this product")
-    explain.add_argument("--json", action="store_true")
+    _output_arguments(explain)
     explain.set_defaults(func=_cmd_explain)
 
     diff = sub.add_parser("diff", help="one config across several products")
     _resolve_arguments(diff, multi_product=True)
     diff.add_argument("--all", action="store_true", help="show equal rows too")
-    diff.add_argument("--json", action="store_true")
+    _output_arguments(diff)
     diff.set_defaults(func=_cmd_diff)
 
     policy = sub.add_parser("policy", help="check or show a platform policy")

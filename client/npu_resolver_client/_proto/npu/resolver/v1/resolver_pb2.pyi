@@ -280,7 +280,11 @@ class Diagnostic(_message.Message):
     code: _builtins.str
     """Stable code, e.g. OUT_OF_RANGE, DROPPED_UNSUPPORTED_PRODUCT, NORMALIZED."""
     option: _builtins.str
-    """The option name, or `env.<NAME>` for an environment variable, or `product`, or `profile`."""
+    """The option name, or `env.<NAME>` for an environment variable, or a request field for
+    what concerns it as a whole: `product`, `profile`, `config`, `attachments`, or
+    `attachments.<NAME>` for one attached file. An UNKNOWN_OPTION names the caller's key,
+    whatever it is (a config key "product" too): the code tells them apart.
+    """
     rule: _builtins.str
     """Id of the documented rule behind it; empty when none."""
     message: _builtins.str
@@ -438,7 +442,7 @@ Global___ResolveBatchRequest: _TypeAlias = ResolveBatchRequest  # noqa: Y015
 
 @_typing.final
 class ResolveBatchResult(_message.Message):
-    """One batch item's outcome: exactly what Resolve would have answered for it."""
+    """One batch item's outcome: what Resolve would have answered for it, its report whole."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -716,7 +720,10 @@ class DiffResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def products(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The canonical product ids, in request order."""
+        """The columns, in request order: each product's canonical id, once (a product named twice,
+        by id or alias, is one column); an unknown name as given, its result carrying
+        UNKNOWN_PRODUCT.
+        """
 
     @_builtins.property
     def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiffRow]:

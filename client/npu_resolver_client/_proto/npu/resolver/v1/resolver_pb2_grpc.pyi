@@ -52,15 +52,32 @@ class ResolverStub:
     """Resolves one request.
 
     When the result has an ERROR diagnostic the call fails with INVALID_ARGUMENT; the
-    google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry a
-    google.rpc.BadRequest with one field violation per error (`field` is `config.<option>`,
-    `env.<NAME>`, `product` or `profile`; `reason` is the diagnostic code; `description` its
-    message) followed by the full ResolveResponse. With `validate_only` the call returns the
-    report with status OK whatever it holds.
+    google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry, in this
+    order, a google.rpc.BadRequest with one field violation per error (`field` is
+    `config.<option>`, `config` for the config as a whole, `env.<NAME>`, `attachments`,
+    `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
+    `description` its message), then the full ResolveResponse. The details fit an 8 KiB
+    trailer as sent (counted in base64): a report too large for that keeps the violations that
+    fit and leaves the ResolveResponse out, and the status message says so; the same request
+    with `validate_only` returns all of it. With `validate_only` the call returns the report
+    with status OK whatever it holds.
+
+    A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
+    alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
+    not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
+    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS and
+    TOO_MANY_PRODUCTS. (A config too deep or too large to read is a report like any other:
+    an INVALID_VALUE on `config`.) A reply over the
+    server's message size (long values on a server whose limit was lowered) is
+    RESOURCE_EXHAUSTED.
     """
     ResolveBatch: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.ResolveBatchRequest, _resolver_pb2.ResolveBatchResponse]
     """Resolves many requests under one catalog and policy snapshot. Never fails as a whole for
-    one bad item: each item gets the response or the status Resolve would have returned.
+    one bad item: each item gets the response or the status Resolve would have returned, its
+    report carried whole (never cut to a trailer). At most 1,000 requests a call. A reply
+    that would pass the server's message size keeps the answers that fit; each item after gets
+    its own RESOURCE_EXHAUSTED saying what to send again. A client should accept replies as
+    large as the server's message size (4 MiB by default).
     """
     Diff: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.DiffRequest, _resolver_pb2.DiffResponse]
     """Resolves one config for two or more products and lines the answers up option by option."""
@@ -75,6 +92,8 @@ class ResolverStub:
     ReloadPolicy: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.ReloadPolicyRequest, _resolver_pb2.ReloadPolicyResponse]
     """Admin: reloads the policy file now. Needs the admin bearer token (`authorization:
     Bearer <token>` metadata) when the server has one; UNAUTHENTICATED otherwise.
+    FAILED_PRECONDITION when the server was started without a policy file. A file that is
+    refused is answered OK with `error` set: the last good policy stays in force.
     """
 
 @_typing.type_check_only
@@ -86,15 +105,32 @@ class ResolverAsyncStub(ResolverStub):
     """Resolves one request.
 
     When the result has an ERROR diagnostic the call fails with INVALID_ARGUMENT; the
-    google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry a
-    google.rpc.BadRequest with one field violation per error (`field` is `config.<option>`,
-    `env.<NAME>`, `product` or `profile`; `reason` is the diagnostic code; `description` its
-    message) followed by the full ResolveResponse. With `validate_only` the call returns the
-    report with status OK whatever it holds.
+    google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry, in this
+    order, a google.rpc.BadRequest with one field violation per error (`field` is
+    `config.<option>`, `config` for the config as a whole, `env.<NAME>`, `attachments`,
+    `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
+    `description` its message), then the full ResolveResponse. The details fit an 8 KiB
+    trailer as sent (counted in base64): a report too large for that keeps the violations that
+    fit and leaves the ResolveResponse out, and the status message says so; the same request
+    with `validate_only` returns all of it. With `validate_only` the call returns the report
+    with status OK whatever it holds.
+
+    A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
+    alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
+    not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
+    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS and
+    TOO_MANY_PRODUCTS. (A config too deep or too large to read is a report like any other:
+    an INVALID_VALUE on `config`.) A reply over the
+    server's message size (long values on a server whose limit was lowered) is
+    RESOURCE_EXHAUSTED.
     """
     ResolveBatch: _aio.UnaryUnaryMultiCallable[_resolver_pb2.ResolveBatchRequest, _resolver_pb2.ResolveBatchResponse]  # type: ignore[assignment]
     """Resolves many requests under one catalog and policy snapshot. Never fails as a whole for
-    one bad item: each item gets the response or the status Resolve would have returned.
+    one bad item: each item gets the response or the status Resolve would have returned, its
+    report carried whole (never cut to a trailer). At most 1,000 requests a call. A reply
+    that would pass the server's message size keeps the answers that fit; each item after gets
+    its own RESOURCE_EXHAUSTED saying what to send again. A client should accept replies as
+    large as the server's message size (4 MiB by default).
     """
     Diff: _aio.UnaryUnaryMultiCallable[_resolver_pb2.DiffRequest, _resolver_pb2.DiffResponse]  # type: ignore[assignment]
     """Resolves one config for two or more products and lines the answers up option by option."""
@@ -109,4 +145,6 @@ class ResolverAsyncStub(ResolverStub):
     ReloadPolicy: _aio.UnaryUnaryMultiCallable[_resolver_pb2.ReloadPolicyRequest, _resolver_pb2.ReloadPolicyResponse]  # type: ignore[assignment]
     """Admin: reloads the policy file now. Needs the admin bearer token (`authorization:
     Bearer <token>` metadata) when the server has one; UNAUTHENTICATED otherwise.
+    FAILED_PRECONDITION when the server was started without a policy file. A file that is
+    refused is answered OK with `error` set: the last good policy stays in force.
     """
