@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -860,6 +861,20 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
             ["--tls-cert", "{tmp}/der", "--tls-key", "{tmp}/der"],
             "--tls-cert {tmp}/der is not PEM text (no -----BEGIN line)",
         ),
+        (  # as a key the server's user may not read; /proc/self/mem fails for root too
+            ["--tls-cert", "/proc/self/mem", "--tls-key", "/proc/self/mem"],
+            "--tls-cert /proc/self/mem cannot be read: Input/output error",
+        ),
+        (
+            ["--admin-token-file", "/proc/self/mem"],
+            "--admin-token-file /proc/self/mem cannot be read: Input/output error",
+        ),
+        (  # gRPC takes it as a C int
+            ["--max-message-bytes", "3000000000"],
+            "--max-message-bytes (or NPU_RESOLVER_MAX_MESSAGE_BYTES) 3000000000: must be less "
+            "than or equal to 2147483647",
+        ),
+        (["--grace-seconds", "inf"], "--grace-seconds (or NPU_RESOLVER_GRACE_SECONDS) inf: must"),
         (  # not the current folder, which "" read as a path would be
             ["--policy", ""],
             "--policy (or NPU_RESOLVER_POLICY) '': is given no file name; name the file, or "
@@ -879,6 +894,47 @@ def test_serve_refuses_bad_settings_naming_the_flag_in_plain_words(
     assert said.format(tmp=tmp_path) in proc.stderr
     for leaked in ("Value error", "Input should", "Traceback", "Errno"):
         assert leaked not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [  # settings with no flag are named by their variable alone, not by a flag that is not
+        ("NPU_RESOLVER_MAX_STRUCT_DEPTH", "0", "NPU_RESOLVER_MAX_STRUCT_DEPTH 0: must be"),
+        (  # a poll of a nanosecond would keep a core busy
+            "NPU_RESOLVER_POLICY_POLL_SECONDS",
+            "1e-9",
+            "NPU_RESOLVER_POLICY_POLL_SECONDS 1e-9: must be greater than or equal to 0.05",
+        ),
+    ],
+)
+def test_serve_refuses_bad_setting_variables_naming_the_variable(
+    variable: str, value: str, said: str
+) -> None:
+    proc = run("serve", "--port", "0", env={**os.environ, variable: value})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"npu-resolve serve: {said}")
+    assert "--max-struct-depth" not in proc.stderr and "--policy-poll" not in proc.stderr
+
+
+def test_a_misspelt_setting_variable_is_named_at_start() -> None:
+    """NPU_RESOLVER_WORKER=2 sets nothing; the operator is told, with the setting meant. The
+    server's start is not refused for it (stopped by SIGINT while starting, exit 0)."""
+    env = {**os.environ, "NPU_RESOLVER_WORKER": "2"}
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--host", "127.0.0.1"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    first = json.loads(proc.stderr.readline())
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert first["event"] == "unknown_setting_variable"
+    assert first["level"] == "WARNING"
+    assert first["variable"] == "NPU_RESOLVER_WORKER"
+    assert "did you mean NPU_RESOLVER_WORKERS?" in first["detail"]
 
 
 def test_a_setting_variable_set_to_nothing_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -610,3 +610,33 @@ def test_the_supervisors_modules_load_no_grpc() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _ignores_sighup(pid: int) -> bool:
+    """Whether the process ignores SIGHUP now (bit 0 of SigIgn, signal 1)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & 1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_sighup_while_the_server_starts_does_not_end_it() -> None:
+    """A SIGHUP asks for the policy file to be read again: one that comes before the server
+    first reads it (a ConfigMap update at a pod's start) must not kill the start with the
+    signal's default action; the start reads the file anyway."""
+    server = ProcessServer().start(ready_events=0)
+    try:
+        deadline = time.monotonic() + 20
+        while not _ignores_sighup(server.pid):
+            assert time.monotonic() < deadline, "SIGHUP was never held during the start"
+            assert server.proc is not None and server.proc.poll() is None
+            time.sleep(0.001)
+        assert not server.events("serving")  # held from before the server serves
+        server.signal(signal.SIGHUP)
+        server.wait_for("serving")
+        with ResolverClient(server.target) as client:
+            assert client.resolve_request(GOOD).options["hccl_timeout"] == 544
+    finally:
+        server.stop()
+    assert server.wait() == 0

@@ -7,6 +7,7 @@ any grpc object exists.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -134,7 +135,8 @@ def _explain(error: ValidationError) -> str:
         message = message.replace("Input should be", "must be")
         if item["loc"]:
             name = str(item["loc"][0])
-            flag = f"--{name.replace('_', '-')} (or {ENV_PREFIX}{name.upper()})"
+            variable = f"{ENV_PREFIX}{name.upper()}"
+            flag = f"--{name.replace('_', '-')} (or {variable})" if name in _FLAGS else variable
             given = item["input"]
             shown = repr(given) if isinstance(given, str) and not given.strip() else given
             message = f"{flag} {shown}: {message}"
@@ -149,6 +151,7 @@ def run_serve(namespace: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
         return 2
+    _warn_unknown_variables(settings)
     if settings.tracing:
         from ._tracing import missing_packages
 
@@ -164,6 +167,9 @@ def run_serve(namespace: argparse.Namespace) -> int:
     # process has no default action for SIGTERM, which would be ignored while it starts.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop_while_starting)
+    # A SIGHUP before the policy is first read asks for nothing that reading it will not do; its
+    # default action would end the start (the worker and the supervisor take it over later).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         if settings.workers > 1:
             from ._supervisor import run_workers
@@ -183,6 +189,30 @@ def run_serve(namespace: argparse.Namespace) -> int:
             detail="the stop came while the server started: nothing to drain",
         )
         return 0
+
+
+def _warn_unknown_variables(settings: ServerSettings) -> None:
+    """A misspelt NPU_RESOLVER_* variable (NPU_RESOLVER_WORKER=2) sets nothing: said at start,
+    with the close setting, rather than left for an operator to wonder why it had no effect."""
+    from difflib import get_close_matches
+
+    from ._supervisor import say, show_from
+
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in ServerSettings.model_fields}
+    unknown = sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
+    if not unknown:
+        return
+    show_from(settings.log_level)
+    for name in unknown:
+        close = get_close_matches(name, known, n=1)
+        say(
+            "unknown_setting_variable",
+            "WARNING",
+            logger="npu_resolver_server",
+            variable=name,
+            detail="not a setting of this server; it has no effect"
+            + (f" (did you mean {close[0]}?)" if close else ""),
+        )
 
 
 class StoppedWhileStartingError(BaseException):

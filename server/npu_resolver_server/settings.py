@@ -37,6 +37,10 @@ ENV_PREFIX: Final = "NPU_RESOLVER_"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
+_GRPC_INT: Final = 2**31 - 1
+"""gRPC takes its sizes and counts as a C int."""
+
+
 class ServerSettings(BaseSettings):
     """Everything the server reads at start; flags are passed as init arguments and win."""
 
@@ -51,16 +55,18 @@ class ServerSettings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=256)
     policy: Path | None = None
     """Policy file; watched and reloaded when it changes or on SIGHUP."""
-    policy_poll_seconds: float = Field(default=1.0, gt=0)
+    policy_poll_seconds: float = Field(default=1.0, ge=0.05, le=86400, allow_inf_nan=False)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus metrics HTTP port; 0 = off."""
-    grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0)
+    grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0, le=86400, allow_inf_nan=False)
     """Drain period on SIGTERM/SIGINT: in-flight calls get this long to finish."""
-    drain_delay_seconds: float = Field(default=DEFAULT_DRAIN_DELAY_SECONDS, ge=0)
+    drain_delay_seconds: float = Field(
+        default=DEFAULT_DRAIN_DELAY_SECONDS, ge=0, le=3600, allow_inf_nan=False
+    )
     """Before the drain: health reports NOT_SERVING and calls are still answered, so that
     health-checking balancers move traffic away before new calls are refused."""
-    max_message_bytes: int = Field(default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024)
-    max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    max_message_bytes: int = Field(default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024, le=_GRPC_INT)
+    max_concurrent_rpcs: int | None = Field(default=None, ge=1, le=_GRPC_INT)
     max_struct_depth: int = Field(default=DEFAULT_MAX_STRUCT_DEPTH, ge=1)
     max_struct_keys: int = Field(default=DEFAULT_MAX_STRUCT_KEYS, ge=1)
     """Total object keys across one request's config (and each batch item's)."""
@@ -134,13 +140,18 @@ def _file_problem(path: Path | None, *, pem: PemKind | None) -> str:
     for the certificate included, fails later as an address that cannot be bound)."""
     if path is None:
         return ""
-    if not path.exists():
-        return "does not exist"
-    if path.is_dir():
-        return "is a directory"
-    if pem and path.is_file():
+    try:
+        if not path.exists():
+            return "does not exist"
+        if path.is_dir():
+            return "is a directory"
+        if not path.is_file():
+            return ""
         with path.open("rb") as file:
             head = file.read(1 << 20)
+    except OSError as exc:  # no permission, most often: the server runs as another user
+        return f"cannot be read: {exc.strerror or exc}"
+    if pem:
         if b"-----BEGIN " not in head:
             return "is not PEM text (no -----BEGIN line)"
         return pem_problem(head, pem)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -267,6 +268,9 @@ def _cmd_policy(args: argparse.Namespace) -> int:
 
 def _serve(argv: Sequence[str]) -> int:
     """`serve` belongs to the server package; loaded only here so other commands stay light."""
+    # A SIGHUP asks for the policy file to be read again; until the server reads it the first
+    # time there is nothing to read again, and the signal's default action would end the start.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from npu_resolver_server import main as server_main
 
     return server_main(list(argv))
