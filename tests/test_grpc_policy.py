@@ -67,13 +67,42 @@ def test_configmap_swap_is_seen_and_bad_content_keeps_last_good(tmp_path: Path) 
     assert store.version == "v2"
     status = store.status()
     assert status.last_reload_error and status.refused_version and status.reload_failures == 1
-    assert "reload failed" in store.health_detail()
     assert store.check_file() is None  # the same bad file is not retried every second
 
     _configmap(tmp_path, "..2024_04", "v3")
     assert store.check_file() is not None
     assert store.version == "v3" and store.status().last_reload_error == ""
     assert changes == ["v1", "v2", "v2", "v3"]
+
+
+def test_a_refused_file_made_readable_is_read_again(tmp_path: Path) -> None:
+    """A file replaced by one the server may not read is refused; `chmod` then changes only
+    the file's ctime, and the watcher must see that change too, not wait for a SIGHUP."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("v1")
+    readable = {"now": True}
+
+    def loader(path: Path) -> FakePolicy:
+        if not readable["now"]:
+            raise PermissionError(13, "Permission denied", str(path))
+        return fake_loader(path)
+
+    store = PolicyStore(policy, loader=loader)
+    store.load_initial()
+    replacement = tmp_path / "new.toml"
+    replacement.write_text("v2")
+    os.replace(replacement, policy)
+    readable["now"] = False
+    outcome = store.check_file()
+    assert outcome is not None and "Permission denied" in outcome.error
+    assert store.check_file() is None  # the same refused file is not read every poll
+    readable["now"] = True
+    stat = policy.stat()
+    os.chmod(policy, 0o600)  # ctime moves; mtime, size and inode do not
+    os.chmod(policy, stat.st_mode)
+    assert policy.stat().st_mtime_ns == stat.st_mtime_ns
+    outcome = store.check_file()
+    assert outcome is not None and outcome.changed and store.version == "v2"
 
 
 async def test_watcher_task_reloads(tmp_path: Path) -> None:

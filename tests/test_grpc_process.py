@@ -189,6 +189,13 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
             if line.startswith("npu_resolver_policy_reload_failures_total ")
         )
         assert float(failures.rsplit(" ", 1)[1]) == 1
+        # While the file on disk is refused, a gauge says so: a worker or pod started now
+        # would not start, though the running ones serve the last good policy.
+        assert _metric(metrics_port, "npu_resolver_policy_reload_failing") == 1
+        policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
+        server.signal(signal.SIGHUP)
+        server.wait_for("policy_reload_recovered", 2)
+        assert _metric(metrics_port, "npu_resolver_policy_reload_failing") == 0
 
         supervisor = server.pid
         server.signal(signal.SIGTERM)
@@ -222,6 +229,13 @@ def test_workers_remove_the_temporary_folders_a_killed_supervisor_left(tmp_path:
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
     assert not list(tmp_path.glob(f"npu-resolver-*-{server.pid}-*"))
+
+
+def _metric(metrics_port: int, name: str) -> float:
+    """A series without labels, as the metrics page shows it now."""
+    page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+    line = next(line for line in page.read().decode().splitlines() if line.startswith(name + " "))
+    return float(line.rsplit(" ", 1)[1])
 
 
 def _reload_failures(metrics_port: int, expected: float) -> float:

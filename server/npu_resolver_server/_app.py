@@ -251,11 +251,11 @@ def create_server(
             in_force[0] = changed.version
             cache.clear()  # answers under the old policy can never be asked for again
         if metrics is not None:
-            metrics.policy(changed.version, changed.failures)
+            metrics.policy(changed.version, changed.failures, failing=bool(changed.last_error))
 
     store.add_listener(on_change)
     if metrics is not None:
-        metrics.policy(store.version, store.failures)
+        metrics.policy(store.version, store.failures, failing=bool(store.last_error))
     service = ResolverService(
         store,
         cache=cache,

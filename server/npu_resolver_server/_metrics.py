@@ -90,6 +90,13 @@ class Metrics:
             "Policy reloads that failed (the last good policy stayed in force).",
             registry=registry,
         )
+        self.reload_failing = Gauge(
+            "npu_resolver_policy_reload_failing",
+            "1 while the policy file on disk is refused (the last good policy serves, and a "
+            "new worker or pod would not start), else 0.",
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
         self._version: str | None = None
         self._failures_seen = 0
         counts = counts_reload_failures
@@ -160,7 +167,8 @@ class Metrics:
         self._child(self.batch_items, "ok").inc(ok)
         self._child(self.batch_items, "failed").inc(failed)
 
-    def policy(self, version: str, failures: int) -> None:
+    def policy(self, version: str, failures: int, *, failing: bool = False) -> None:
+        self.reload_failing.set(1 if failing else 0)
         if version != self._version:
             if self._version is not None:
                 self.policy_info.labels(self._version).set(0)

@@ -2,10 +2,11 @@
 
 The store holds one reference to the current policy; a request or a batch reads it once, so a
 reload swaps it atomically between requests. The file is watched by polling its identity
-(resolved symlink target, mtime_ns, size, inode) about once a second, which also catches the
-Kubernetes ConfigMap swap of the `..data` symlink, and reloaded on SIGHUP or the ReloadPolicy
-call. A file that does not load keeps the last good policy; the error is logged and shown by
-GetPolicy and the health detail.
+(resolved symlink target, mtime_ns, ctime_ns, size, inode) about once a second, which also
+catches the Kubernetes ConfigMap swap of the `..data` symlink, and reloaded on SIGHUP or the
+ReloadPolicy call. A file that does not load keeps the last good policy; the error is logged,
+shown by GetPolicy, and the gauge `npu_resolver_policy_reload_failing` is 1 until a good file
+loads (health stays SERVING: the last good policy serves).
 
 Reading the file cannot hang or exhaust memory (the default loader opens it without blocking,
 refuses anything but a regular file and reads at most the size limit), but checking a large
@@ -31,7 +32,7 @@ from npu_resolver import PolicyLike
 log = logging.getLogger("npu_resolver_server.policy")
 
 Loader = Callable[[Path], PolicyLike]
-FileId = tuple[str, int, int, int]
+FileId = tuple[str, int, int, int, int]
 
 
 class _Unset:
@@ -177,7 +178,8 @@ class PolicyStore:
             st = os.stat(target)
         except OSError:
             return None
-        return (target, st.st_mtime_ns, st.st_size, st.st_ino)
+        # ctime too: a file made readable (chmod) after a refusal changes nothing else.
+        return (target, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
     def load_initial(self) -> None:
         """Load the file at start; raises the loader's error when it is bad (no fallback yet)."""
@@ -355,8 +357,3 @@ class PolicyStore:
             refused_version=self.refused_version,
             reload_failures=self.failures,
         )
-
-    def health_detail(self) -> str:
-        if self.last_error:
-            return f"policy reload failed, serving {self.version or 'no policy'}: {self.last_error}"
-        return f"policy {self.version or 'none'}"

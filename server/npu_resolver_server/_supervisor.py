@@ -10,7 +10,8 @@ A worker that cannot start at all stops the server, but only at the server's own
 restart that cannot start (a bad policy pushed since, which the running workers refused and
 survive) is retried every few seconds, while the other workers serve if any are left: a lost
 worker must not turn a refused policy into an outage, and the server comes back by itself once
-the file is fixed. Until then its health and readiness probes say what is missing.
+the file is fixed. Until then each failed restart is logged (`worker_restart_failed`), and
+the gauge `npu_resolver_policy_reload_failing` of the running workers is 1.
 """
 
 from __future__ import annotations
