@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pickle
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -708,6 +710,65 @@ def test_resolve_token_protection(tmp_path: Path) -> None:
                 health_pb2.HealthCheckRequest(service=""), timeout=5
             )
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_rotated_admin_token_takes_effect_without_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A token rotated in its Secret, or revoked after a leak, must not wait for a restart:
+    the file is looked at again (at most once a second) and the new token alone is taken. A
+    file emptied mid-rewrite keeps the token in use, said once; the token is never logged."""
+    from npu_resolver_server._auth import RECHECK_S, TokenFile
+
+    caplog.set_level(logging.INFO, logger="npu_resolver_server")
+    token_file = tmp_path / "token"
+    token_file.write_text("old-secret\n")
+    now = [0.0]
+    token = TokenFile(token_file, clock=lambda: now[0])
+    assert token.current() == b"old-secret"
+    token_file.write_text("new-secret")
+    assert token.current() == b"old-secret"  # not looked at again within the second
+    now[0] += RECHECK_S
+    assert token.current() == b"new-secret"
+    token_file.write_text("  \n")
+    for _ in range(3):
+        now[0] += RECHECK_S
+        assert token.current() == b"new-secret"
+    token_file.unlink()
+    now[0] += RECHECK_S
+    assert token.current() == b"new-secret"
+    events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert events.count("admin_token_reloaded") == 1
+    assert events.count("admin_token_reload_failed") == 2  # once empty, once gone
+    assert not any(
+        "secret" in r.getMessage() + str(getattr(r, "fields", "")) for r in caplog.records
+    )
+
+
+def test_the_server_takes_the_rotated_token(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("first")
+    settings = ServerSettings(port=0, admin_token_file=token_file, protect_resolve=True)
+    with ThreadServer(settings) as server:
+        with ResolverClient(server.target, token="first") as client:
+            assert client.resolve("atlas-a2").ok
+        replacement = tmp_path / "token.new"
+        replacement.write_text("second")
+        os.replace(replacement, token_file)
+        deadline = time.monotonic() + 10
+        with ResolverClient(server.target, token="second") as client:
+            while True:  # taken within a second or so
+                try:
+                    assert client.resolve("atlas-a2").ok
+                    break
+                except ResolverCallError as exc:
+                    assert exc.code is grpc.StatusCode.UNAUTHENTICATED
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+        with ResolverClient(server.target, token="first") as client:
+            with pytest.raises(ResolverCallError) as info:
+                client.resolve("atlas-a2")
+            assert info.value.code is grpc.StatusCode.UNAUTHENTICATED
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from npu_resolver_client.wire import pb
 
 from . import _logging
-from ._auth import TokenInterceptor, read_token
+from ._auth import TokenFile, TokenInterceptor
 from ._cache import AnswerCache
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
@@ -271,7 +271,7 @@ def create_server(
     )
     interceptors = []
     if settings.admin_token_file is not None:
-        token = read_token(settings.admin_token_file)
+        token = TokenFile(settings.admin_token_file)
         interceptors.append(
             TokenInterceptor(
                 token, protect_all=settings.protect_resolve, on_refused=service.unauthenticated

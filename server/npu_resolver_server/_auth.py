@@ -6,7 +6,9 @@ Health and reflection stay open: probes and tooling must reach them without a se
 from __future__ import annotations
 
 import hmac
+import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -18,6 +20,7 @@ from ._servicer import ADMIN_METHODS, SERVICE
 from .settings import PID_METADATA_KEY
 
 AUTH_HEADER: Final = "authorization"
+log = logging.getLogger("npu_resolver_server")
 
 
 def read_token(path: Path) -> str:
@@ -25,6 +28,71 @@ def read_token(path: Path) -> str:
     if not token:
         raise ValueError(f"admin token file {path} is empty")
     return token
+
+
+RECHECK_S: Final = 1.0
+"""How often, at most, the token file is looked at again (on a call that needs the token)."""
+
+
+class TokenFile:
+    """The admin token, read again when its file changes: a token rotated in its Secret (or
+    revoked after a leak) takes effect without a restart. A file gone, empty or unreadable
+    keeps the token in use, said once in the log for each state of the file; the token itself
+    is never logged."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self.token = read_token(path).encode()
+        self._stamp = self._stamped() if path.is_file() else None  # a pipe is read once
+        self._refused: object = None
+        self._next = clock() + RECHECK_S
+
+    def _stamped(self) -> tuple[int, ...]:
+        s = os.stat(self.path)
+        return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+
+    def current(self) -> bytes:
+        """The token in force, after looking at the file if a second has passed."""
+        if self._stamp is not None and self._clock() >= self._next:
+            self._next = self._clock() + RECHECK_S
+            self._check()
+        return self.token
+
+    def _check(self) -> None:
+        try:
+            stamp = self._stamped()
+        except OSError as exc:
+            self._refuse(str(exc), f"cannot read it: {exc.strerror or exc}")
+            return
+        if stamp in (self._stamp, self._refused):
+            return
+        try:
+            token = read_token(self.path)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self._refuse(stamp, f"cannot take it: {reason}")
+            return
+        self._stamp, self._refused, self.token = stamp, None, token.encode()
+        log.info(
+            "admin token reloaded",
+            extra={"fields": {"event": "admin_token_reloaded", "file": str(self.path)}},
+        )
+
+    def _refuse(self, state: object, error: str) -> None:
+        if state != self._refused:
+            self._refused = state
+            log.warning(
+                "admin token file not taken",
+                extra={
+                    "fields": {
+                        "event": "admin_token_reload_failed",
+                        "file": str(self.path),
+                        "error": error,
+                        "effect": "the token in use stays until the file holds one",
+                    }
+                },
+            )
 
 
 Refused = Callable[[str], None]
@@ -48,9 +116,14 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Requires `authorization: Bearer <token>` on admin methods (or all resolver methods)."""
 
     def __init__(
-        self, token: str, *, protect_all: bool = False, on_refused: Refused | None = None
+        self,
+        token: TokenFile | str,
+        *,
+        protect_all: bool = False,
+        on_refused: Refused | None = None,
     ) -> None:
-        self._expected = token.encode()
+        self._file = token if isinstance(token, TokenFile) else None
+        self._fixed = token.encode() if isinstance(token, str) else b""
         self._protect_all = protect_all
         self._on_refused = on_refused
         self._prefix = f"/{SERVICE}/"
@@ -81,7 +154,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 )
             scheme, _, credential = given.strip().partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credential.strip(), self._expected
+                credential.strip(), self._file.current() if self._file else self._fixed
             ):
                 return _refusing_handler("the bearer token is not valid", method, self._on_refused)
         return await continuation(handler_call_details)
