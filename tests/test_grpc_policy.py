@@ -184,3 +184,36 @@ def test_a_worker_lost_while_a_bad_policy_is_on_disk_does_not_stop_the_server(
         server.wait_for("serving", 3, timeout=30)
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+async def test_reloads_asked_while_one_runs_share_the_next(tmp_path: Path) -> None:
+    """A storm of ReloadPolicy calls or SIGHUPs: those asked while a load runs share one more
+    load, which reads the file as it is after they asked; not one load each."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("v1")
+    loads: list[str] = []
+    gate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_loader(path: Path) -> FakePolicy:
+        text = path.read_text()
+        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(10)
+        loads.append(text)
+        return FakePolicy(text)
+
+    store = PolicyStore(policy, loader=fake_loader)
+    store.load_initial()
+    store._loader = slow_loader
+    first = asyncio.ensure_future(store.reload_async())
+    await asyncio.sleep(0.05)  # the first load is running, held at the gate
+    policy.write_text("v2")  # changed after the first load began
+    storm = [asyncio.ensure_future(store.reload_async()) for _ in range(40)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    outcomes = await asyncio.gather(first, *storm)
+    assert loads == ["v1", "v2"]  # the running one, and one shared by the 40
+    assert outcomes[0].version == "v1"
+    assert {o.version for o in outcomes[1:]} == {"v2"}  # each read the file after asking
+    assert store.version == "v2"
+    again = await store.reload_async()  # nothing runs now: a load of its own
+    assert again.version == "v2" and len(loads) == 3

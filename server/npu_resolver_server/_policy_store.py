@@ -158,6 +158,8 @@ class PolicyStore:
         self._lock = threading.RLock()
         self._started = 0
         self._applied = 0
+        self._loading: asyncio.Future[ReloadOutcome] | None = None
+        self._next_load: asyncio.Future[ReloadOutcome] | None = None
 
     @classmethod
     def fixed(cls, policy: PolicyLike | None) -> PolicyStore:
@@ -202,10 +204,31 @@ class PolicyStore:
 
     async def reload_async(self) -> ReloadOutcome:
         """reload(), with the reading and checking in a worker thread: a large policy takes
-        seconds to check, and the event loop keeps answering meanwhile."""
+        seconds to check, and the event loop keeps answering meanwhile.
+
+        Asks that come while a load runs share one load, the next, which starts once the
+        running one ends (so it reads the file as it is after every one of them asked): a
+        storm of ReloadPolicy calls or SIGHUPs costs two loads, not one each, and a stop
+        waits for no queue of them."""
         if self.path is None:
             return ReloadOutcome(False, self.version, "the server has no policy file")
-        return self._apply(await asyncio.to_thread(self._attempt))
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+            return await asyncio.shield(self._loading)
+        if self._next_load is None:
+            self._next_load = asyncio.ensure_future(self._load(after=self._loading))
+        return await asyncio.shield(self._next_load)
+
+    async def _load(self, after: asyncio.Future[ReloadOutcome] | None = None) -> ReloadOutcome:
+        """One load; `after`: the load running when this one was asked for, awaited first."""
+        if after is not None:
+            await asyncio.wait([after])  # its outcome went to its own callers
+            self._loading, self._next_load = self._next_load, None
+        try:
+            return self._apply(await asyncio.to_thread(self._attempt))
+        finally:
+            if self._next_load is None:
+                self._loading = None
 
     def _attempt(self) -> _Attempt:
         """Load the file without touching the store (safe in a worker thread); any exception,
