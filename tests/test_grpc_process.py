@@ -6,6 +6,7 @@ Draining on SIGTERM, several workers on one port, metrics aggregated over worker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -654,3 +655,37 @@ def test_a_sighup_while_the_server_starts_does_not_end_it() -> None:
     finally:
         server.stop()
     assert server.wait() == 0
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on `port` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    found.add(fields[9])
+    return found
+
+
+def _holds(pid: int, inodes: set[str]) -> bool:
+    links = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            links.add(os.readlink(fd))
+    return any(f"socket:[{inode}]" in links for inode in inodes)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc")
+def test_only_the_supervisor_holds_the_metrics_port() -> None:
+    """Workers are forked after the supervisor listens for metrics: a worker that kept the
+    socket would hold the port open, answering nothing, after a supervisor killed outright."""
+    metrics_port = free_port()
+    with ProcessServer(["--workers", "2", "--metrics-port", str(metrics_port)]) as server:
+        workers = [int(e["pid"]) for e in server.wait_for("serving", 2)]
+        inodes = _listening_inodes(metrics_port)
+        assert inodes and _holds(server.pid, inodes)
+        assert not any(_holds(pid, inodes) for pid in workers)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        assert b"npu_resolver_policy_info" in page.read()

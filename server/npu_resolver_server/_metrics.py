@@ -190,21 +190,28 @@ class Metrics:
             self.reload_failures.inc()
 
 
+def _bare(host: str) -> str:
+    """The address as a socket takes it: `--host [::1]` is written as gRPC takes it."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def start_http(port: int, host: str = "0.0.0.0") -> None:
     """Serve this process's metrics on `port` (one-worker mode)."""
     from prometheus_client import start_http_server
 
-    start_http_server(port, addr=host)
+    start_http_server(port, addr=_bare(host))
 
 
-def serve_multiprocess(port: int, host: str = "0.0.0.0") -> None:
-    """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR."""
+def serve_multiprocess(port: int, host: str = "0.0.0.0") -> int:
+    """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR; returns
+    the listening socket's file descriptor (for the workers forked later to close)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=os.environ[MULTIPROC_ENV])  # type: ignore[no-untyped-call]
-    start_http_server(port, addr=host, registry=registry)
+    server, _thread = start_http_server(port, addr=_bare(host), registry=registry)
+    return int(server.socket.fileno())
 
 
 def mark_dead(pid: int) -> None:

@@ -67,11 +67,21 @@ def say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
     print(json.dumps(line, default=str), file=sys.stderr, flush=True)
 
 
-def _child(settings: ServerSettings, worker: int, parent: int, marks: Path | None) -> None:
+def _child(
+    settings: ServerSettings,
+    worker: int,
+    parent: int,
+    marks: Path | None,
+    inherited: tuple[int, ...] = (),
+) -> None:
     """In the forked child: run one worker and never return into the parent's code. `parent`
     is the supervisor's pid as read before the fork (read after it, a supervisor already gone
-    would go unnoticed)."""
+    would go unnoticed). `inherited`: the supervisor's own listening sockets, closed here, so
+    that workers outliving a killed supervisor do not hold its metrics port open unanswered."""
     code = 1
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
@@ -82,7 +92,7 @@ def _child(settings: ServerSettings, worker: int, parent: int, marks: Path | Non
             settings, worker=worker, serve_metrics=False, parent=parent, marks_folder=marks
         )
     except BaseException as exc:
-        print(f"worker {worker} failed: {exc!r}", file=sys.stderr, flush=True)
+        say("worker_failed", "ERROR", worker=worker, error=repr(exc))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -138,12 +148,14 @@ class Supervisor:
         """(when, worker index): restarts due."""
         self._restarting: set[int] = set()
         """Workers whose current process is a restart, not the server's first start."""
+        self._own_sockets: tuple[int, ...] = ()
+        """The supervisor's listening sockets (metrics), which no worker keeps."""
 
     def _spawn(self, worker: int) -> None:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(self.settings, worker, parent, self.marks)
+            _child(self.settings, worker, parent, self.marks, self._own_sockets)
         self.children[pid] = worker
         say("worker_started", worker=worker, worker_pid=pid)
 
@@ -230,7 +242,9 @@ class Supervisor:
             from ._metrics import serve_multiprocess
 
             try:
-                serve_multiprocess(self.settings.metrics_port, self.settings.host)
+                self._own_sockets = (
+                    serve_multiprocess(self.settings.metrics_port, self.settings.host),
+                )
             except OSError as exc:
                 port = self.settings.metrics_port
                 say("start_failed", "ERROR", error=f"metrics port {port}: {exc}")
