@@ -543,6 +543,21 @@ def test_workers_do_not_join_another_server_already_on_the_port() -> None:
             assert client.resolve_request(GOOD).ok
 
 
+def test_one_worker_on_a_taken_port_says_why_in_json() -> None:
+    """gRPC says only "Failed to bind", and writes its reason in a line of its own format that a
+    JSON log pipeline drops: the server says the port, the host and the reason itself."""
+    with ProcessServer() as first:
+        second = ProcessServer(["--log-level", "ERROR"])
+        second.port = first.port
+        second.args = ["--port", str(first.port), "--host", "127.0.0.1", "--log-level", "ERROR"]
+        with pytest.raises(AssertionError):
+            second.start()
+        assert second.wait() == 2
+        (failed,) = second.events("start_failed")
+        assert failed["error"] == f"port {first.port} on 127.0.0.1: Address already in use"
+        assert all(line.startswith("{") for line in second.raw), second.raw
+
+
 def _running(pid: int) -> bool:
     """A process that exists and is not a zombie waiting to be reaped."""
     try:

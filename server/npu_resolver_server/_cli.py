@@ -175,6 +175,13 @@ def run_serve(namespace: argparse.Namespace) -> int:
             from ._supervisor import run_workers
 
             return run_workers(settings)
+        from ._supervisor import ports_problem, say, show_from
+
+        problem = ports_problem(settings)
+        if problem:
+            show_from(settings.log_level)
+            say("start_failed", "ERROR", logger="npu_resolver_server", error=problem, worker=0)
+            return 2
         from ._app import run_worker
 
         return run_worker(settings)

@@ -109,8 +109,10 @@ def _taken(host: str, port: int) -> OSError | None:
         addresses = socket.getaddrinfo(
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
+    except socket.gaierror as exc:  # said here: gRPC says only "Failed to bind"
+        return exc
     except OSError:
-        return None  # gRPC says what is wrong with the name
+        return None
     for family, kind, proto, _, address in addresses:  # "localhost": 127.0.0.1 and ::1
         try:
             with socket.socket(family, kind, proto) as probe:
@@ -130,8 +132,22 @@ one, its workers draining) frees it within its drain delay."""
 def _taken_for_a_while(host: str, port: int) -> OSError | None:
     deadline = time.monotonic() + PORT_WAIT_S
     while (error := _taken(host, port)) is not None and time.monotonic() < deadline:
+        if error.errno != errno.EADDRINUSE:
+            break  # a name that does not resolve will not in a few seconds either
         time.sleep(0.2)
     return error
+
+
+def ports_problem(settings: ServerSettings) -> str:
+    """Why the server's port or health port cannot be served (taken by another listener, an
+    address that does not resolve), in its own words, or "": said before gRPC tries, which
+    only says "Failed to bind" (and writes its reason in a line of its own format)."""
+    shared = (("port", settings.port), ("health port", settings.health_port))
+    for what, port in shared:
+        error = _taken_for_a_while(settings.host, port) if port else None
+        if error is not None:
+            return f"{what} {port} on {settings.host}: {error.strerror or error}"
+    return ""
 
 
 class Supervisor:
@@ -232,12 +248,10 @@ class Supervisor:
         # the supervisor by its default action.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._forward)
-        shared = (("port", self.settings.port), ("health port", self.settings.health_port))
-        for what, port in shared:
-            error = _taken_for_a_while(self.settings.host, port) if port else None
-            if error is not None:  # another server listens there: never share it silently
-                say("start_failed", "ERROR", error=f"{what} {port}: {error.strerror or error}")
-                return START_FAILED
+        problem = ports_problem(self.settings)
+        if problem:  # another server listens there: never share it silently
+            say("start_failed", "ERROR", error=problem)
+            return START_FAILED
         if self.settings.metrics_port:  # before any worker: a taken port stops the start
             from ._metrics import serve_multiprocess
 
