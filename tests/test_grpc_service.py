@@ -35,7 +35,7 @@ from npu_resolver_client import (
     remote_resolve,
 )
 from npu_resolver_client.wire import pb, pb_grpc, request_to_proto, resolution_from_proto
-from npu_resolver_server import HEALTH_SERVICE, ServerSettings
+from npu_resolver_server import HEALTH_SERVICE, PID_METADATA_KEY, ServerSettings
 from npu_resolver_server._cache import Answer, AnswerCache
 from tests._server import ThreadServer, free_port, grpc_server, grpc_target  # noqa: F401
 from tests.test_grpc_wire import VARIED
@@ -1277,6 +1277,37 @@ def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
     assert value("npu_resolver_requests_total", counted) == 1
     catalog = {"method": "DescribeCatalog", "code": "RESOURCE_EXHAUSTED"}
     assert value("npu_resolver_requests_total", catalog) == 1
+
+
+def test_calls_to_methods_no_service_has_are_answered_and_counted() -> None:
+    """A client built from another version of the proto, or a typo in a hand-written path:
+    UNIMPLEMENTED at once, unary or streaming (it waits for no message), counted under
+    "unknown" (never the caller's text as a label), the worker's pid in the trailer."""
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    registry = CollectorRegistry()
+    with (
+        ThreadServer(metrics=Metrics(registry)) as server,
+        grpc.insecure_channel(server.target) as channel,
+    ):
+        for path in ("/npu.resolver.v1.Resolver/ResolveAll", "/x.Y/Z"):
+            with pytest.raises(grpc.RpcError) as info:
+                channel.unary_unary(path)(b"", timeout=5)
+            assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
+            assert PID_METADATA_KEY in dict(info.value.trailing_metadata())
+            stream = channel.stream_stream(path)(iter(()), timeout=5)
+            with pytest.raises(grpc.RpcError) as info:
+                list(stream)
+            assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == (
+            health_pb2.HealthCheckResponse.SERVING
+        )
+        assert channel.unary_unary("/npu.resolver.v1.Resolver/ListProducts")(b"", timeout=5)
+    counted = {"method": "unknown", "code": "UNIMPLEMENTED"}
+    assert registry.get_sample_value("npu_resolver_requests_total", counted) == 4
 
 
 def test_cli_reaches_a_server_that_wants_mutual_tls_and_a_token(

@@ -287,6 +287,7 @@ def create_server(
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
+    server.add_generic_rpc_handlers((service.unknown_method_handler(),))  # the last one
     credentials = server_credentials(settings)
     address = _address(settings.host, settings.port)
     if credentials is None:

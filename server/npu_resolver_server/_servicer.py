@@ -107,6 +107,17 @@ async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
+class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """A generic handler that serves any method with one handler (streaming, so that it answers
+    without waiting for a message a streaming caller may never send)."""
+
+    def __init__(self, handler: grpc.RpcMethodHandler) -> None:
+        self._handler = handler
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return self._handler
+
+
 class ResolverService:
     """The handlers of npu.resolver.v1.Resolver, on raw bytes."""
 
@@ -212,6 +223,19 @@ class ResolverService:
             return refuse(context, answer.code, message, trailing)
 
         return handler
+
+    def unknown_method_handler(self) -> grpc.GenericRpcHandler:
+        """The last handler: a call to a method no service here has (a client built from
+        another version of the proto, a typo in a hand-written path) is answered UNIMPLEMENTED
+        as gRPC would, and logged and counted under "unknown", so that it shows."""
+        return _EveryMethod(grpc.stream_stream_rpc_method_handler(self._unimplemented))
+
+    async def _unimplemented(self, requests: object, context: grpc.aio.ServicerContext) -> None:
+        code = grpc.StatusCode.UNIMPLEMENTED
+        if self.metrics is not None:
+            self.metrics.refused("unknown", code.name)
+        _logging.log_call("unknown", code=code.name, latency_s=0.0, ok=False)
+        refuse(context, code, "no such method on this server", ((PID_METADATA_KEY, self._pid),))
 
     def unauthenticated(self, method: str) -> None:
         """A call the token check refused before any handler ran: logged and counted too, under
