@@ -704,3 +704,25 @@ def test_only_the_supervisor_holds_the_metrics_port() -> None:
         assert not any(_holds(pid, inodes) for pid in workers)
         page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
         assert b"npu_resolver_policy_info" in page.read()
+
+
+def test_a_hung_worker_is_killed_and_restarted() -> None:
+    """A worker that stops turning its event loop (here SIGSTOP) keeps its share of new
+    connections and answers none; the supervisor sees its heartbeat stop, kills it and starts
+    another, and every connection is answered again."""
+    env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3"}
+    with ProcessServer(["--workers", "2"], env=env) as server:
+        frozen, other = (int(e["pid"]) for e in server.wait_for("serving", 2))
+        os.kill(frozen, signal.SIGSTOP)
+        (hung,) = server.wait_for("worker_hung", timeout=30)
+        assert hung["worker_pid"] == frozen and hung["level"] == "ERROR"
+        assert hung["silent_s"] >= 3
+        restarted = server.wait_for("serving", 3, timeout=30)[2]
+        assert int(restarted["pid"]) not in (frozen, other)
+        for _ in range(10):  # new connections, spread by the kernel over both workers
+            with ResolverClient(server.target, timeout=5) as client:
+                assert client.resolve_request(GOOD).ok
+                assert client.last_server_pid in {str(other), str(restarted["pid"])}
+        assert not _running(frozen)
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0

@@ -349,6 +349,7 @@ def _reload_every_worker(
 
 
 SUPERVISOR_POLL_S: Final = 1.0
+HEARTBEAT_S: Final = 1.0
 SAME_STOP_S: Final = 1.0
 """Under a supervisor, a stop signal this soon after the first is the same stop delivered
 twice: a signal to the process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill)
@@ -446,10 +447,13 @@ async def serve(
             }
         },
     )
+    watches = []
     if parent is not None:
-        watch = loop.create_task(_until_orphaned(parent, worker, stop, on_stop))
+        watches.append(loop.create_task(_until_orphaned(parent, worker, stop, on_stop)))
+    if marks is not None:
+        watches.append(loop.create_task(_heartbeat(marks, stop)))
     await stop.wait()
-    if parent is not None:
+    for watch in watches:
         watch.cancel()
     await built.stop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -462,6 +466,14 @@ async def serve(
         marks.leave()
     log.info("stopped", extra={"fields": {"event": "stopped", "worker": worker}})
     return 0
+
+
+async def _heartbeat(marks: ReloadMarks, stop: asyncio.Event) -> None:
+    """Under --workers: a heartbeat each second from the event loop, by which the supervisor
+    tells a worker that hangs (a stopped process, a loop that never yields) from a busy one."""
+    while not stop.is_set():
+        marks.beat()
+        await asyncio.sleep(HEARTBEAT_S)
 
 
 async def _until_orphaned(

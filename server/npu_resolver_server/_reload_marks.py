@@ -107,10 +107,15 @@ class ReloadMarks:
                 return late
             await asyncio.sleep(POLL_S)
 
+    def beat(self) -> None:
+        """This worker's event loop is turning: its heartbeat file's time is now."""
+        with contextlib.suppress(OSError):  # the folder is gone: the server is stopping
+            (self.folder / beat_name(self.pid)).touch()
+
     def leave(self) -> None:
         """This worker stops: its mark goes, and the folder with the last one (a supervisor
         killed outright cannot remove it)."""
-        for name in (str(self.pid), f".{self.pid}.tmp"):
+        for name in (str(self.pid), f".{self.pid}.tmp", beat_name(self.pid)):
             forget(self.folder, name)
         with contextlib.suppress(OSError):  # others still there, or already gone
             self.folder.rmdir()
@@ -120,6 +125,18 @@ def forget(folder: Path, pid: int | str) -> None:
     """A worker exited: its mark goes (the supervisor's part; a new pid may reuse the name)."""
     with contextlib.suppress(OSError):
         (folder / str(pid)).unlink()
+
+
+def beat_name(pid: int) -> str:
+    return f"beat-{pid}"
+
+
+def silent_for(folder: Path, pid: int) -> float | None:
+    """Seconds since the worker's last heartbeat; None before its first (it is starting)."""
+    try:
+        return time.time() - (folder / beat_name(pid)).stat().st_mtime
+    except OSError:
+        return None
 
 
 class FailureCounter:

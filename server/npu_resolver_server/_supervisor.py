@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ._reload_marks import alive, forget, hold_sighup
+from ._reload_marks import alive, beat_name, forget, hold_sighup, silent_for
 from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -166,6 +166,28 @@ class Supervisor:
         """Workers whose current process is a restart, not the server's first start."""
         self._own_sockets: tuple[int, ...] = ()
         """The supervisor's listening sockets (metrics), which no worker keeps."""
+        self._killed_hung: set[int] = set()
+        self._next_hung_check = 0.0
+
+    def _kill_hung(self) -> None:
+        """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
+        share of the port's connections and answer none of them, and its probes would pass
+        and fail by turns: it is killed, and restarted as any worker that dies."""
+        if self.marks is None or self.stopping:
+            return
+        now = time.monotonic()
+        if now < self._next_hung_check:
+            return
+        self._next_hung_check = now + 1.0
+        limit = self.settings.hung_worker_seconds
+        for pid, worker in list(self.children.items()):
+            silent = silent_for(self.marks, pid)
+            if silent is None or silent < limit or pid in self._killed_hung:
+                continue
+            say("worker_hung", "ERROR", worker=worker, worker_pid=pid, silent_s=round(silent, 1))
+            self._killed_hung.add(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _spawn(self, worker: int) -> None:
         parent = os.getpid()
@@ -198,6 +220,8 @@ class Supervisor:
             mark_dead(pid)
             if self.marks is not None:
                 forget(self.marks, pid)
+                forget(self.marks, beat_name(pid))
+            self._killed_hung.discard(pid)
             # A worker still starting (before its handlers are set) ends by the stop signal
             # itself: that is the stop asked for, not a failure.
             stopped = code == 0 or (self.stopping and code in (-signal.SIGTERM, -signal.SIGINT))
@@ -272,6 +296,7 @@ class Supervisor:
             self._spawn(worker)
         while self.children or (self._pending and not self.stopping):
             self._reap()
+            self._kill_hung()
             if self._pending and not self.stopping:
                 now = time.monotonic()
                 for due, worker in [p for p in self._pending if p[0] <= now]:
