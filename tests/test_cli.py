@@ -1139,6 +1139,11 @@ def test_credential_server_and_attach_mistakes_are_said_in_the_clis_terms(tmp_pa
         ),
         (["--attach", "op_debug_config"], "--attach expects OPTION=FILE, got 'op_debug_config'"),
         (["--server", ""], "--server '' is not HOST:PORT"),
+        (  # the client's reason too, not only the form
+            ["--server", "grpc://127.0.0.1:5"],
+            "--server 'grpc://127.0.0.1:5' is not HOST:PORT with a port in 1-65535 (or a gRPC "
+            "target such as dns:///host:port): gRPC knows no scheme 'grpc'",
+        ),
         ([*server, "--tls-ca", ""], "--tls-ca is given no file name; name the file"),
         (["--token-file", str(empty)], "--token-file go with --server"),
     ]
@@ -1254,6 +1259,29 @@ def test_the_env_format_of_a_request_with_errors_says_so_on_stdout() -> None:
     assert proc.returncode == 1
     assert proc.stdout == (
         "# the request has errors: fix them before using this environment\nexport HOME=/h\n"
+    )
+
+
+def test_the_env_format_marks_a_variable_the_explicit_option_overrides() -> None:
+    """R-HCT-4: the explicit hccl_timeout wins over HCCL_EXEC_TIMEOUT; exporting the variable
+    is harmless, but its line says it has no effect, as the report's ENV_OVERRIDDEN does."""
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        "--set",
+        "hccl_timeout=600",
+        "--env",
+        "HCCL_EXEC_TIMEOUT=100",
+        "--env",
+        "ASCEND_WORK_PATH=/w",
+        "--format",
+        "env",
+    )
+    assert proc.returncode == 0
+    assert proc.stdout == (
+        "export ASCEND_WORK_PATH=/w\n"
+        "export HCCL_EXEC_TIMEOUT=100  # no effect: its option is set otherwise (ENV_OVERRIDDEN)\n"
     )
 
 

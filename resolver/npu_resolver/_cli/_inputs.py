@@ -354,9 +354,9 @@ def server_target(text: str) -> str:
     """`--server` as HOST:PORT (or [v6]:PORT), or a gRPC target with its scheme (dns:///...,
     unix:...), checked as the client checks its target. A missing or impossible port is a usage
     error, not a connection attempt to a port gRPC would pick (443) or wrap around."""
-    from npu_resolver_client.target import FORM, checked_target
+    from npu_resolver_client.target import checked_target
 
     try:
         return checked_target(text)
-    except ValueError:
-        raise UsageError(f"--server {text!r} is not {FORM}") from None
+    except ValueError as exc:  # the client's words, with its reason: named as the flag
+        raise UsageError(f"--server {str(exc).removeprefix('target ')}") from None

@@ -8,7 +8,8 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Final
 
-from .._model import JSON, Diagnostic, Resolution, Severity, Source
+from .._catalog import CATALOG
+from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
 from .._options import NAMED_ENV_VARS
 
 _COLOURS: Final = {
@@ -195,8 +196,23 @@ def render_python(result: Resolution) -> str:
 
 
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
-    """The export lines for the environment variables that shaped this resolution."""
-    lines = [f"export {name}={shlex.quote(env[name])}" for name in NAMED_ENV_VARS if name in env]
+    """The export lines of the job's environment variables that rules.md names; one that the
+    explicit option (or a policy lock) overrides says so, as the report's ENV_OVERRIDDEN does."""
+    overridden = {
+        CATALOG.by_name[d.option].env
+        for d in result.diagnostics
+        if d.code is Code.ENV_OVERRIDDEN and d.option in CATALOG
+    }
+    lines = [
+        f"export {name}={shlex.quote(env[name])}"
+        + (
+            "  # no effect: its option is set otherwise (ENV_OVERRIDDEN)"
+            if name in overridden
+            else ""
+        )
+        for name in NAMED_ENV_VARS
+        if name in env
+    ]
     if not lines:
         lines.append("# no environment variable named by the source is set")
     if not result.ok:  # as the python format says it, for whoever evals this without $?
