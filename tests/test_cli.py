@@ -328,6 +328,8 @@ def test_policy_check_reports_version_or_problems(tmp_path: Path) -> None:
     proc = run("policy", "check", str(bad))
     assert proc.returncode == 1
     assert "profiles.default.defaults" in proc.stdout and "hccl_timeot" in proc.stdout
+    assert proc.stdout.startswith(f"policy {bad} refused:\n")  # not the JSON of a loaded one
+    assert "judged once the file loads; check it again after fixing these" in proc.stderr
     proc = run("policy", "check", str(tmp_path / "missing.toml"))  # unreadable input: exit 2
     assert proc.returncode == 2 and "cannot read" in proc.stderr and proc.stdout == ""
 

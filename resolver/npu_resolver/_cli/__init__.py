@@ -246,6 +246,10 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             _print(f"policy {args.file} refused:")
             for problem in exc.problems:
                 _print(f"  - {problem}")
+            _warn(  # what a fixed file may bring next: said now, not found on the next run
+                "npu-resolve: what the policy does to jobs is judged once the file loads; "
+                "check it again after fixing these"
+            )
             return EXIT_ERRORS
         summary = policy.summary()
         said = diagnostics_from_policy(policy)
