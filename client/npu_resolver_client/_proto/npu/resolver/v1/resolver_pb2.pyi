@@ -425,7 +425,7 @@ class ResolveBatchRequest(_message.Message):
     REQUESTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolveRequest]:
-        """The requests, answered in the same order."""
+        """The requests, answered in the same order: up to 1,000 (none is an empty answer)."""
 
     def __init__(
         self,
@@ -956,7 +956,7 @@ class ProductSupport(_message.Message):
 
     @_builtins.property
     def maximum(self) -> _struct_pb2.Value:
-        """Upper bound for numbers; null when none."""
+        """Upper bound for numbers, itself allowed; null when none."""
 
     @_builtins.property
     def defaults(self) -> _containers.MessageMap[_builtins.str, _struct_pb2.Value]:
@@ -964,8 +964,9 @@ class ProductSupport(_message.Message):
 
     @_builtins.property
     def unsupported_values(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Value (as text) to the id of the rule that makes it unsupported here, in every mode the
-        option acts in. A value refused in one mode only is in `mode_restrictions` instead.
+        """Value to the id of the rule that makes it unsupported here, in every mode the option acts
+        in (the values so refused are all strings, the key is the value itself). A value refused
+        in one mode only is in `mode_restrictions` instead.
         """
 
     @_builtins.property
@@ -1095,7 +1096,9 @@ class OptionDescription(_message.Message):
     section: _builtins.str
     """Section of the source document it belongs to."""
     type: _builtins.str
-    """Value type: `int`, `bool`, `str`, ..."""
+    """Value type, one of: `int`, `bool`, `str`, `path` (a string naming a file or folder),
+    `object` (a JSON object), `any` (several forms; see the option's rules).
+    """
     summary: _builtins.str
     """One-line summary."""
     env_var: _builtins.str
@@ -1211,7 +1214,9 @@ class GetPolicyResponse(_message.Message):
     policy_version: _builtins.str
     """Content hash of the policy in force; empty when none."""
     canonical_text: _builtins.str
-    """The policy in canonical text form; empty when none."""
+    """The policy's content as canonical JSON (keys sorted, two-space indent), whatever the
+    file's TOML layout; empty when none.
+    """
     source: _builtins.str
     """The file the policy is read from; empty when the server has none."""
     last_reload_error: _builtins.str
