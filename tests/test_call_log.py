@@ -24,20 +24,22 @@ class _Broken(io.StringIO):
 
 
 @contextmanager
-def _configured() -> Iterator[io.StringIO]:
+def _configured(calls: str = "all") -> Iterator[io.StringIO]:
     """The server's logging, writing to a string; set up within the test's own body, where the
     test runner's capture handlers, which turn the direct way off, are not yet in place."""
     root = logging.getLogger("npu_resolver_server")
     saved = root.handlers[:], root.level, root.propagate, _logging._Sink.handler
     out = io.StringIO()
     try:
-        _logging.configure("INFO")
+        _logging.configure("INFO", calls)
         assert _logging._Sink.handler is not None
         _logging._Sink.handler.setStream(out)
         yield out
     finally:
         _logging.flush_calls()
         root.handlers[:], root.level, root.propagate, _logging._Sink.handler = saved
+        _logging._ONLY_FAILED[0] = False  # every call's line again, as configure's default
+        logging.getLogger(_logging.CALL_LOGGER).setLevel(logging.NOTSET)
 
 
 def _call(method: str) -> None:
@@ -56,6 +58,19 @@ def test_outside_an_event_loop_a_call_line_is_written_at_once() -> None:
     with _configured() as stream:
         _call("Resolve")
         assert _events(stream) == ["Resolve"]
+
+
+@pytest.mark.parametrize(("calls", "written"), [("failed", ["GetPolicy"]), ("none", [])])
+def test_call_lines_can_be_kept_to_failed_calls_or_none(calls: str, written: list[str]) -> None:
+    """--call-log: a line a call is 0.5 MB/s a worker at full load; an operator may keep only
+    the calls that failed, or none, and still get every other line (a warning here)."""
+    with _configured(calls) as stream:
+        _call("Resolve")
+        _logging.log_call("GetPolicy", code="UNAVAILABLE", latency_s=0.001)
+        logging.getLogger("npu_resolver_server").warning(
+            "w", extra={"fields": {"event": "policy_reload_failed"}}
+        )
+        assert _events(stream) == [*written, "w"]
 
 
 def test_in_a_loop_lines_wait_at_most_the_flush_delay() -> None:

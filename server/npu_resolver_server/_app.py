@@ -503,7 +503,7 @@ def run_worker(
     """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
     pid, for a worker of --workers (it stops when the supervisor is gone)."""
     hold_sighup()
-    _logging.configure(settings.log_level)
+    _logging.configure(settings.log_level, settings.call_log)
     if settings.tracing:  # per worker, after any fork: span exporters run threads
         from ._tracing import start_tracing
 

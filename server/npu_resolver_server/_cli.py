@@ -45,6 +45,7 @@ _FLAGS = (
     "protect_resolve",
     "health_port",
     "log_level",
+    "call_log",
     "tracing",
 )
 
@@ -114,6 +115,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="plaintext port serving only the health service (for probes when TLS is on)",
     )
     add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="default INFO")
+    add(
+        "--call-log",
+        choices=("all", "failed", "none"),
+        help="which calls get their log line: all (default), failed (status not OK), none",
+    )
     add(
         "--tracing",
         action="store_true",

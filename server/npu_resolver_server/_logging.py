@@ -218,8 +218,15 @@ class _CallOrderHandler(logging.StreamHandler[Any]):
         super().flush()
 
 
-def configure(level: str = "INFO") -> None:
+_ONLY_FAILED: list[bool] = [False]
+
+
+def configure(level: str = "INFO", calls: str = "all") -> None:
+    """The server's JSON log at `level`; `calls`: which calls get their line (all, failed,
+    none), for a server whose call lines would be more than its log pipeline wants."""
     flush_calls()
+    _ONLY_FAILED[0] = calls == "failed"
+    _CALLS.setLevel(logging.WARNING if calls == "none" else logging.NOTSET)
     handler = _CallOrderHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("npu_resolver_server")
@@ -239,7 +246,7 @@ def log_call(
     codes: tuple[str, ...] | list[str] = (),
 ) -> None:
     logger = _CALLS
-    if not logger.isEnabledFor(logging.INFO):
+    if not logger.isEnabledFor(logging.INFO) or (_ONLY_FAILED[0] and code == "OK"):
         return
     codes = tuple(codes)
     if len(codes) > _MAX_KEY_CODES:
