@@ -500,3 +500,40 @@ def test_dockerignore_keeps_the_context_small() -> None:
         assert required in patterns, f".dockerignore must exclude {required}"
     for needed in ("pyproject.toml", "README.md", "resolver", "server", "client"):
         assert needed not in patterns, f".dockerignore must keep {needed}"
+
+
+def test_the_image_builds_with_pinned_versions_that_satisfy_the_project() -> None:
+    """deploy/constraints.txt pins every runtime dependency, and theirs, so that two builds
+    of one commit hold the same packages; each pin must satisfy pyproject.toml, and none may be
+    missing (an unpinned package would float again)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in (ROOT / "deploy" / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for text in pyproject["project"]["dependencies"]:
+        wanted = Requirement(text)
+        pinned = pins.get(canonicalize_name(wanted.name))
+        assert pinned is not None, f"{wanted.name} is not pinned in deploy/constraints.txt"
+        assert wanted.specifier.contains(pinned), f"{wanted.name}=={pinned} is not {wanted}"
+    # Their own dependencies too, as the installed versions of those pins declare them.
+    from importlib import metadata
+
+    for name, version in pins.items():
+        if metadata.version(name) != version:
+            continue  # this environment has another version; its requirements may differ
+        for text in metadata.requires(name) or ():
+            needed = Requirement(text)
+            if needed.marker is not None and not needed.marker.evaluate({"extra": ""}):
+                continue
+            pinned = pins.get(canonicalize_name(needed.name))
+            assert pinned is not None, f"{needed.name} ({name} needs it) is not pinned"
+            assert needed.specifier.contains(pinned), f"{name} needs {needed}, pinned {pinned}"
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    assert "--constraint constraints.txt" in dockerfile
+    ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert "!deploy/constraints.txt" in ignore  # in the build context though deploy/ is not
