@@ -108,7 +108,16 @@ def test_a_report_of_many_errors_reaches_a_default_client(grpc_target: str) -> N
     assert status.details[0].Unpack(bad)
     assert 1 <= len(bad.field_violations) < 60
     assert all(v.reason == "UNKNOWN_OPTION" for v in bad.field_violations)
-    assert len(status.details) == 1  # the response is left out; validate_only returns it
+    # The response is left out (validate_only returns it), and an ErrorInfo says so in a form
+    # a caller in any language can test for.
+    assert [d.type_url.rsplit("/", 1)[1] for d in status.details] == [
+        "google.rpc.BadRequest",
+        "google.rpc.ErrorInfo",
+    ]
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[1].Unpack(info)
+    assert (info.reason, info.domain) == ("REPORT_CUT", "npu.resolver.v1")
+    assert dict(info.metadata) == {"errors": "60", "listed": str(len(bad.field_violations))}
 
 
 def test_cut_details_stay_within_the_budget_with_long_non_ascii_names(

@@ -111,10 +111,17 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
     )
 
 
+REPORT_CUT: Final = "REPORT_CUT"
+"""The google.rpc.ErrorInfo reason of a report cut to fit its trailer: what a caller in any
+language can test for, rather than the status message's words."""
+ERROR_DOMAIN: Final = "npu.resolver.v1"
+
+
 def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     """The status message and details of a failed unary call, cut to fit a trailer: a report
     too large keeps as many violations as fit and leaves the packed response out, which the same
-    request with validate_only returns in full (the Python client asks for it by itself)."""
+    request with validate_only returns in full (the Python client asks for it by itself). A
+    google.rpc.ErrorInfo (reason REPORT_CUT, metadata `errors` and `listed`) says so."""
     if trailer_bytes(message, len(details)) <= TRAILER_BYTES:
         return message, details
     status = status_pb2.Status.FromString(details)
@@ -124,6 +131,18 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     violations = list(bad_request.field_violations)
     kept = len(violations)
     del status.details[1:]  # the packed response
+    status.details.add()  # the ErrorInfo, written by pack()
+
+    def pack(kept: int, text: str) -> None:
+        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
+        status.details[1].Pack(
+            error_details_pb2.ErrorInfo(
+                reason=REPORT_CUT,
+                domain=ERROR_DOMAIN,
+                metadata={"errors": str(len(violations)), "listed": str(kept)},
+            )
+        )
+        status.message = text
 
     def noted(kept: int) -> str:  # the message travels in the details too: counted below
         return message + (
@@ -134,19 +153,17 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     def over() -> bool:
         return trailer_bytes(status.message, status.ByteSize()) > TRAILER_BYTES
 
-    status.message = noted(kept)
+    pack(kept, noted(kept))
     while kept > 1 and over():
         kept = max(1, kept * 3 // 4)
-        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
-        status.message = noted(kept)
+        pack(kept, noted(kept))
     for limit in (MAX_MESSAGE_CHARS, SHORT_TEXT_CHARS):  # one violation too long on its own
         if not over():
             break
         for violation in violations[:kept]:
             violation.description = cut(violation.description, limit)
             violation.field = cut(violation.field, limit)
-        status.details[0].Pack(error_details_pb2.BadRequest(field_violations=violations[:kept]))
-        status.message = noted(kept) if len(message) <= limit else cut(message, limit)
+        pack(kept, noted(kept) if len(message) <= limit else cut(message, limit))
     return status.message, status.SerializeToString()
 
 

@@ -58,8 +58,10 @@ class ResolverStub:
     `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
     `description` its message), then the full ResolveResponse. The details fit an 8 KiB
     trailer as sent (counted in base64): a report too large for that keeps the violations that
-    fit and leaves the ResolveResponse out, and the status message says so; the same request
-    with `validate_only` returns all of it. With `validate_only` the call returns the report
+    fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
+    REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
+    are and how many the BadRequest lists); the same request with `validate_only` returns all
+    of it. With `validate_only` the call returns the report
     with status OK whatever it holds.
 
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
@@ -111,8 +113,10 @@ class ResolverAsyncStub(ResolverStub):
     `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
     `description` its message), then the full ResolveResponse. The details fit an 8 KiB
     trailer as sent (counted in base64): a report too large for that keeps the violations that
-    fit and leaves the ResolveResponse out, and the status message says so; the same request
-    with `validate_only` returns all of it. With `validate_only` the call returns the report
+    fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
+    REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
+    are and how many the BadRequest lists); the same request with `validate_only` returns all
+    of it. With `validate_only` the call returns the report
     with status OK whatever it holds.
 
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
