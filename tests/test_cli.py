@@ -921,7 +921,9 @@ def test_serve_refuses_bad_setting_variables_naming_the_variable(
 def test_a_misspelt_setting_variable_is_named_at_start() -> None:
     """NPU_RESOLVER_WORKER=2 sets nothing; the operator is told, with the setting meant. The
     server's start is not refused for it (stopped by SIGINT while starting, exit 0)."""
-    env = {**os.environ, "NPU_RESOLVER_WORKER": "2"}
+    # A setting's variable in another case is read (as pydantic-settings matches names): not
+    # named as unknown.
+    env = {**os.environ, "NPU_RESOLVER_WORKER": "2", "NPU_RESOLVER_Call_Log": "failed"}
     proc = subprocess.Popen(
         [*CLI, "serve", "--port", "0", "--host", "127.0.0.1"],
         stderr=subprocess.PIPE,
@@ -932,7 +934,8 @@ def test_a_misspelt_setting_variable_is_named_at_start() -> None:
     assert proc.stderr is not None
     first = json.loads(proc.stderr.readline())
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=30)
+    _, rest = proc.communicate(timeout=30)
+    assert "unknown_setting_variable" not in (rest or "")
     assert first["event"] == "unknown_setting_variable"
     assert first["level"] == "WARNING"
     assert first["variable"] == "NPU_RESOLVER_WORKER"
@@ -1266,7 +1269,7 @@ def test_the_env_format_of_a_request_with_errors_says_so_on_stdout() -> None:
 
 def test_the_env_format_marks_a_variable_the_explicit_option_overrides() -> None:
     """R-HCT-4: the explicit hccl_timeout wins over HCCL_EXEC_TIMEOUT; exporting the variable
-    is harmless, but its line says it has no effect, as the report's ENV_OVERRIDDEN does."""
+    is harmless, but its line says it has no effect here, as the report's ENV_OVERRIDDEN does."""
     proc = run(
         "resolve",
         "--product",
@@ -1283,7 +1286,28 @@ def test_the_env_format_marks_a_variable_the_explicit_option_overrides() -> None
     assert proc.returncode == 0
     assert proc.stdout == (
         "export ASCEND_WORK_PATH=/w\n"
-        "export HCCL_EXEC_TIMEOUT=100  # no effect: its option is set otherwise (ENV_OVERRIDDEN)\n"
+        "export HCCL_EXEC_TIMEOUT=100  # no effect here: the explicit hccl_timeout wins\n"
+    )
+
+
+def test_the_env_format_marks_a_variable_a_policy_lock_overrides(tmp_path: Path) -> None:
+    """A lock wins over the job's variable too (the report says POLICY_LOCKED)."""
+    policy = tmp_path / "lock.toml"
+    policy.write_text("[profiles.default.locked]\nhccl_timeout = 3600\n", encoding="utf-8")
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        "--policy",
+        str(policy),
+        "--env",
+        "HCCL_EXEC_TIMEOUT=100",
+        "--format",
+        "env",
+    )
+    assert proc.returncode == 0
+    assert proc.stdout == (
+        "export HCCL_EXEC_TIMEOUT=100  # no effect here: the policy's lock of hccl_timeout wins\n"
     )
 
 

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -471,7 +472,8 @@ def test_reload_policy_replies_within_its_deadline_while_a_worker_cannot_read_th
     call's deadline, never fails it, and is named in the log."""
     policy = tmp_path / "policy.toml"
     policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n")
-    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}
+    # The stopped worker stands for one slow to read the file: not one to kill as hung.
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600", "NPU_RESOLVER_HUNG_WORKER_SECONDS": "3600"}
     with ProcessServer(["--workers", "2", "--policy", str(policy)], env=env) as server:
         running, stopped = (int(e["pid"]) for e in server.wait_for("serving", 2))
         os.kill(stopped, signal.SIGSTOP)
@@ -726,3 +728,59 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
         assert not _running(frozen)
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+def test_a_whole_server_stopped_and_resumed_kills_no_worker() -> None:
+    """Ctrl-Z then fg, or a paused container: the supervisor stopped too, so the workers'
+    silence meanwhile is not theirs to answer for; silence is what the supervisor watched."""
+    env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3"}
+    with ProcessServer(["--workers", "2"], env=env, own_group=True) as server:
+        server.wait_for("serving", 2)
+        server.signal_group(signal.SIGSTOP)
+        time.sleep(6)
+        server.signal_group(signal.SIGCONT)
+        time.sleep(4)  # past the limit again: a worker judged on the pause would be gone
+        for _ in range(4):
+            with ResolverClient(server.target, timeout=5) as client:
+                assert client.resolve_request(GOOD).ok
+        assert not server.events("worker_hung")
+        assert len(server.events("serving")) == 2  # no worker was restarted
+
+
+def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
+    """A worker told to stop drains its calls for up to its grace period, longer than the
+    supervisor's patience with silence: it beats through the drain and is not killed."""
+    import threading
+
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3"}
+    with ProcessServer(["--workers", "2", "--grace-seconds", "7"], env=env) as server:
+        workers = [int(e["pid"]) for e in server.wait_for("serving", 2)]
+        release = threading.Event()
+
+        def held() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+            release.wait(30)  # a call kept open, and in flight, through the drain
+            return
+            yield
+
+        channels = [grpc.insecure_channel(server.target) for _ in range(8)]
+        calls = [
+            channel.stream_stream(
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+            )(held(), timeout=20)
+            for channel in channels
+        ]
+        time.sleep(0.5)  # the calls have reached the workers
+        for pid in workers:  # each worker alone, as an operator recycling it would
+            os.kill(pid, signal.SIGTERM)
+        exited = server.wait_for("worker_exited", 2, timeout=30)
+        release.set()
+        for call in calls:
+            call.cancel()
+        for channel in channels:
+            channel.close()
+        assert not server.events("worker_hung")
+        assert [e["code"] for e in exited] == [0, 0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import pickle
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1118,6 +1120,12 @@ def test_a_batch_item_whose_answer_alone_passes_the_limit_does_not_stop_the_othe
         with pytest.raises(ResolveError) as info:  # as the message says
             client.resolve_request(big)
         assert info.value.violations
+        # Asked with validate_only, the report is answered OK but still holds errors: the same
+        # advice (a report is cut to fit), not the one for an answer without errors.
+        report = dataclasses.replace(big, validate_only=True)
+        _, middle, _ = client.resolve_batch([ok, report, ok])
+        assert isinstance(middle, ResolveFailure)
+        assert "send it with Resolve (without validate_only)" in middle.message
 
 
 def test_a_batch_item_whose_plain_answer_passes_the_limit_is_told_no_call_carries_it() -> None:
@@ -1279,6 +1287,12 @@ def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
     assert value("npu_resolver_requests_total", catalog) == 1
 
 
+def _never_sends(release: threading.Event) -> Iterator[bytes]:
+    """A streaming caller that sends nothing and does not half-close until `release`."""
+    release.wait(10)
+    yield from ()
+
+
 def test_calls_to_methods_no_service_has_are_answered_and_counted() -> None:
     """A client built from another version of the proto, or a typo in a hand-written path:
     UNIMPLEMENTED at once, unary or streaming (it waits for no message), counted under
@@ -1297,9 +1311,12 @@ def test_calls_to_methods_no_service_has_are_answered_and_counted() -> None:
                 channel.unary_unary(path)(b"", timeout=5)
             assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
             assert PID_METADATA_KEY in dict(info.value.trailing_metadata())
-            stream = channel.stream_stream(path)(iter(()), timeout=5)
+            release = threading.Event()
+            stream = channel.stream_stream(path)(_never_sends(release), timeout=5)
             with pytest.raises(grpc.RpcError) as info:
                 list(stream)
+            release.set()
+            # Answered at once, not when the deadline ends a wait for a message.
             assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == (

@@ -107,10 +107,23 @@ def test_a_stopping_worker_takes_its_mark_and_the_last_one_the_folder(tmp_path: 
     me, other = ReloadMarks(folder), ReloadMarks(folder, pid=OTHER)
     me.record(1)
     other.record(1)
-    me.leave()
+    other.beat()
+    me.leave(remove_folder=True)
     assert folder.is_dir() and ReloadMarks(folder, pid=OTHER).others() == {}
-    other.leave()
+    other.leave(remove_folder=True)
     assert not folder.exists()
+
+
+def test_workers_stopping_under_a_running_supervisor_leave_the_folder(tmp_path: Path) -> None:
+    """Every worker may stop while the supervisor runs on (each recycled, say): the folder is
+    the supervisor's, and the workers it starts next write their marks and heartbeats there."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    me = ReloadMarks(folder)
+    me.record(1)
+    me.beat()
+    me.leave(remove_folder=False)
+    assert folder.is_dir() and not list(folder.iterdir())
 
 
 def test_the_reload_is_asked_of_the_supervisor_only_while_it_is_this_workers_parent(

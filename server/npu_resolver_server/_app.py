@@ -447,15 +447,18 @@ async def serve(
             }
         },
     )
-    watches = []
+    watch = None
     if parent is not None:
-        watches.append(loop.create_task(_until_orphaned(parent, worker, stop, on_stop)))
-    if marks is not None:
-        watches.append(loop.create_task(_heartbeat(marks, stop)))
+        watch = loop.create_task(_until_orphaned(parent, worker, stop, on_stop))
+    # The heartbeat goes on through the drain, which may last longer than the supervisor's
+    # patience with a silent worker: a draining worker is not a hung one.
+    beat = loop.create_task(_heartbeat(marks)) if marks is not None else None
     await stop.wait()
-    for watch in watches:
+    if watch is not None:
         watch.cancel()
     await built.stop()
+    if beat is not None:
+        beat.cancel()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(Exception):
             loop.remove_signal_handler(signum)
@@ -463,15 +466,18 @@ async def serve(
     # reload still running in its thread holds the loop's close a while).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if marks is not None:
-        marks.leave()
+        # The folder is the supervisor's to remove, unless it is gone (killed outright): a
+        # worker restarted beside this one still writes its marks and heartbeat there.
+        marks.leave(remove_folder=parent is not None and os.getppid() != parent)
     log.info("stopped", extra={"fields": {"event": "stopped", "worker": worker}})
     return 0
 
 
-async def _heartbeat(marks: ReloadMarks, stop: asyncio.Event) -> None:
-    """Under --workers: a heartbeat each second from the event loop, by which the supervisor
-    tells a worker that hangs (a stopped process, a loop that never yields) from a busy one."""
-    while not stop.is_set():
+async def _heartbeat(marks: ReloadMarks) -> None:
+    """Under --workers: a heartbeat each second from the event loop, until cancelled once the
+    worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
+    a loop that never yields) from a busy one."""
+    while True:
         marks.beat()
         await asyncio.sleep(HEARTBEAT_S)
 

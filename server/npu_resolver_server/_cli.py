@@ -212,7 +212,9 @@ def _warn_unknown_variables(settings: ServerSettings) -> None:
     from ._supervisor import say, show_from
 
     known = {f"{ENV_PREFIX}{name.upper()}" for name in ServerSettings.model_fields}
-    unknown = sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
+    unknown = sorted(  # matched as the settings match them: regardless of case
+        k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known
+    )
     if not unknown:
         return
     show_from(settings.log_level)

@@ -112,13 +112,14 @@ class ReloadMarks:
         with contextlib.suppress(OSError):  # the folder is gone: the server is stopping
             (self.folder / beat_name(self.pid)).touch()
 
-    def leave(self) -> None:
-        """This worker stops: its mark goes, and the folder with the last one (a supervisor
-        killed outright cannot remove it)."""
+    def leave(self, *, remove_folder: bool) -> None:
+        """This worker stops: its mark goes; with `remove_folder` (its supervisor was killed
+        outright and cannot remove it) the folder too, with the last one."""
         for name in (str(self.pid), f".{self.pid}.tmp", beat_name(self.pid)):
             forget(self.folder, name)
-        with contextlib.suppress(OSError):  # others still there, or already gone
-            self.folder.rmdir()
+        if remove_folder:
+            with contextlib.suppress(OSError):  # others still there, or already gone
+                self.folder.rmdir()
 
 
 def forget(folder: Path, pid: int | str) -> None:
@@ -131,10 +132,11 @@ def beat_name(pid: int) -> str:
     return f"beat-{pid}"
 
 
-def silent_for(folder: Path, pid: int) -> float | None:
-    """Seconds since the worker's last heartbeat; None before its first (it is starting)."""
+def last_beat(folder: Path, pid: int) -> int | None:
+    """The time of the worker's last heartbeat (the file's mtime, in ns) as a token that changes
+    with each beat; None before its first (it is starting)."""
     try:
-        return time.time() - (folder / beat_name(pid)).stat().st_mtime
+        return (folder / beat_name(pid)).stat().st_mtime_ns
     except OSError:
         return None
 

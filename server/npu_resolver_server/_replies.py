@@ -228,7 +228,7 @@ def alone_too_large(answer: Answer, size: int, limit: int) -> Answer:
     """A batch item whose own answer is over the message limit: sent again in a batch it would
     never fit. A report of errors fits a unary Resolve, which cuts it to its trailer; an answer
     without errors is never cut, so no reply of this server carries it."""
-    if answer.code is grpc.StatusCode.OK:
+    if answer.ok is not False:  # no error: validate_only's report of errors is OK too
         instead = (
             "no reply of this server can carry it: shorten the long values, or have the "
             "server's --max-message-bytes raised"

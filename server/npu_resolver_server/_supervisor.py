@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ._reload_marks import alive, beat_name, forget, hold_sighup, silent_for
+from ._reload_marks import alive, beat_name, forget, hold_sighup, last_beat
 from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -124,6 +124,8 @@ def _taken(host: str, port: int) -> OSError | None:
     return None
 
 
+HUNG_CHECK_S: Final = 1.0
+"""How often the supervisor looks at the workers' heartbeats."""
 PORT_WAIT_S: Final = 5.0
 """How long a start waits for a taken port: a server stopping on it (the previous run of this
 one, its workers draining) frees it within its drain delay."""
@@ -167,22 +169,34 @@ class Supervisor:
         self._own_sockets: tuple[int, ...] = ()
         """The supervisor's listening sockets (metrics), which no worker keeps."""
         self._killed_hung: set[int] = set()
-        self._next_hung_check = 0.0
+        self._beats: dict[int, tuple[int, float]] = {}
+        """pid -> (its last heartbeat seen, when the supervisor first saw it, monotonic)."""
+        self._last_check: float | None = None
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
         share of the port's connections and answer none of them, and its probes would pass
-        and fail by turns: it is killed, and restarted as any worker that dies."""
+        and fail by turns: it is killed, and restarted as any worker that dies. Silence is what
+        the supervisor itself watched, on its own clock: a whole server stopped and resumed
+        (Ctrl-Z, a paused container) or a wall clock stepped forward kills no worker."""
         if self.marks is None or self.stopping:
             return
         now = time.monotonic()
-        if now < self._next_hung_check:
+        if self._last_check is not None and now < self._last_check + HUNG_CHECK_S:
             return
-        self._next_hung_check = now + 1.0
+        if self._last_check is not None and now - self._last_check > 3 * HUNG_CHECK_S:
+            self._beats.clear()  # the supervisor did not run meanwhile: watch afresh
+        self._last_check = now
         limit = self.settings.hung_worker_seconds
         for pid, worker in list(self.children.items()):
-            silent = silent_for(self.marks, pid)
-            if silent is None or silent < limit or pid in self._killed_hung:
+            beat = last_beat(self.marks, pid)
+            seen = self._beats.get(pid)
+            if beat is None or seen is None or seen[0] != beat:
+                if beat is not None:
+                    self._beats[pid] = (beat, now)
+                continue
+            silent = now - seen[1]
+            if silent < limit or pid in self._killed_hung:
                 continue
             say("worker_hung", "ERROR", worker=worker, worker_pid=pid, silent_s=round(silent, 1))
             self._killed_hung.add(pid)
@@ -222,6 +236,7 @@ class Supervisor:
                 forget(self.marks, pid)
                 forget(self.marks, beat_name(pid))
             self._killed_hung.discard(pid)
+            self._beats.pop(pid, None)
             # A worker still starting (before its handlers are set) ends by the stop signal
             # itself: that is the stop asked for, not a failure.
             stopped = code == 0 or (self.stopping and code in (-signal.SIGTERM, -signal.SIGINT))

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._catalog import CATALOG
-from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
+from .._model import JSON, Diagnostic, Resolution, Severity, Source
 from .._options import NAMED_ENV_VARS
 
 _COLOURS: Final = {
@@ -197,27 +197,30 @@ def render_python(result: Resolution) -> str:
 
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
     """The export lines of the job's environment variables that rules.md names; one that the
-    explicit option (or a policy lock) overrides says so, as the report's ENV_OVERRIDDEN does."""
-    overridden = {
-        CATALOG.by_name[d.option].env
-        for d in result.diagnostics
-        if d.code is Code.ENV_OVERRIDDEN and d.option in CATALOG
-    }
-    lines = [
-        f"export {name}={shlex.quote(env[name])}"
-        + (
-            "  # no effect: its option is set otherwise (ENV_OVERRIDDEN)"
-            if name in overridden
-            else ""
-        )
-        for name in NAMED_ENV_VARS
-        if name in env
-    ]
+    explicit option or a policy lock overrides says so (its option's value came from them)."""
+    winner = {Source.USER: "the explicit", Source.POLICY_LOCKED: "the policy's lock of"}
+    lines = []
+    for name in NAMED_ENV_VARS:
+        if name not in env:
+            continue
+        line = f"export {name}={shlex.quote(env[name])}"
+        for option in _OPTIONS_OF_VARIABLE.get(name, ()):
+            source = result.provenance.get(option)
+            if source is not None and source.source in winner:
+                line += f"  # no effect here: {winner[source.source]} {option} wins"
+                break
+        lines.append(line)
     if not lines:
         lines.append("# no environment variable named by the source is set")
     if not result.ok:  # as the python format says it, for whoever evals this without $?
         lines.insert(0, "# the request has errors: fix them before using this environment")
     return "\n".join(lines)
 
+
+_OPTIONS_OF_VARIABLE: Final = {
+    variable: tuple(o.name for o in CATALOG.options if o.env == variable)
+    for variable in {o.env for o in CATALOG.options if o.env}
+}
+"""The options each environment variable gives a value (rules.md's R-*-n "via" rules)."""
 
 FORMATS: Final = ("json", "table", "python", "env")
