@@ -1336,6 +1336,7 @@ def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
         ("input_batch_cpy", "atlas-350", "true, false"),
         ("input_batch_cpy", "atlas-training", "-"),  # the product lacks the option
         ("debug_dir", "atlas-a2", "a path (see the rules)"),
+        ("distribute", "atlas-a2", "a config object"),  # R-DIST-1: not 'any', which it refuses
         ("hccl_timeout", "atlas-training", "(0, 17340]"),
     ],
 )

@@ -157,8 +157,7 @@ def _read_config(
                 Code.NORMALIZED,
                 name,
                 view.option.rule,
-                f"{name} {show(raw)} means not set"
-                f"{'; it takes its default' if view.default is not None else ''}. "
+                f"{name} {show(raw)} means not set: it is resolved as if it were left out. "
                 "Leave it out instead.",
             )
             continue

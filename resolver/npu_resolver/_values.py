@@ -41,6 +41,7 @@ MAX_SHOWN: Final = 60
 _MAX_QUOTED_BITS: Final = 192
 """An int this long (58 digits) is still repeated whole in a message's fix."""
 _INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+_LONG_INT_TEXT: Final = re.compile(r"[+-]?[0-9]{20,}+")
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
 _FALSE: Final = frozenset({"false", "False", "FALSE", "0"})
 BOOL_TEXTS: Final = {**dict.fromkeys(_TRUE, True), **dict.fromkeys(_FALSE, False)}
@@ -376,6 +377,16 @@ def parse_in_full(
     option = view.option
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
+        rng = view.range
+        if rng is not None and isinstance(raw, str) and _LONG_INT_TEXT.fullmatch(raw.strip()):
+            # A whole number too long to read (HCCL_EXEC_TIMEOUT=99999999999999999999): it is
+            # an integer, outside every range an option takes, not "not an integer".
+            return Problem(
+                Code.OUT_OF_RANGE,
+                rng.rule,
+                f"{option.name} {show(raw)} is outside {rng.text()} on {product}; "
+                "use a value in that range.",
+            )
         return coerced
     value, converted = coerced
     if type(value) is int and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:

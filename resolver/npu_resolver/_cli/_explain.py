@@ -123,6 +123,8 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
             allowed = "true, false"
         elif not allowed and option.type is OptType.PATH:
             allowed = "a path (see the rules)"
+        elif not allowed and option.type is OptType.OBJECT:
+            allowed = "a config object"
         elif not allowed:  # a value of a form of its own ('CUBE|VECTOR'), said above
             allowed = "the form above" if option.validator is not None else "any"
         lines.append(
