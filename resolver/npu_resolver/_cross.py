@@ -611,26 +611,18 @@ def multistream_static_only(state: State) -> None:
 
 
 def aicore_num_with_prebuilt(state: State) -> None:
-    """R-ACN-2: aicore_num has no effect with jit_compile 'false' on a static-shape graph.
-
-    Whether the graph is static is the network's, which a config may not say (a network may be
-    dynamic without compile_dynamic_mode or dynamic_input, and jit_compile is for large
-    recommendation networks, often dynamic): the option is kept, with advice, rather than
-    dropped on a guess."""
-    if "aicore_num" not in state.slots or state.value("jit_compile") != "false":
+    """R-ACN-2: aicore_num has no effect with jit_compile 'false' on a static-shape graph."""
+    if "aicore_num" not in state.slots:
         return
-    if dynamic_shape(state) is not None:
-        return
-    if not state.refused.isdisjoint(("jit_compile", *_DYNAMIC_SHAPE)):
-        return  # judged from a value the caller has an error about
-    state.emit(
-        Code.ADVICE,
+    _needs(
+        state,
         "aicore_num",
         "R-ACN-2",
-        "aicore_num has no effect on a static-shape graph with jit_compile 'false' (prebuilt "
-        "operator binaries are reused), and neither compile_dynamic_mode nor dynamic_input "
-        "says the graph is dynamic: if it is static, set jit_compile 'auto' or 'true', or "
-        "remove aicore_num.",
+        "aicore_num has no effect with jit_compile 'false' on a static-shape graph "
+        "(prebuilt operator binaries are reused; neither compile_dynamic_mode nor dynamic_input "
+        "says the graph is dynamic); set jit_compile 'auto' or 'true', or remove it.",
+        not (state.value("jit_compile") == "false" and dynamic_shape(state) is None),
+        reads=("jit_compile", *_DYNAMIC_SHAPE),
     )
 
 
