@@ -328,3 +328,88 @@ def test_plain_nested_values_are_shared_and_subclassed_ones_converted() -> None:
     assert request.config["distribute"] == {"a": [1, 2]}
     assert type(request.config["distribute"]["a"][1]) is int
     assert odd["a"][1].__class__ is Big  # the caller's own value is left as it was
+
+
+def test_an_answers_object_values_are_its_own() -> None:
+    """R-DMP-1 dump_config is an object: an answer holds a copy of it. A caller that edits its
+    answer must not edit the policy that gave the value (every later answer, in every thread,
+    under the same policy_version), nor the request's config; a caller that reuses its config
+    dict must not edit an answer already returned (and its fingerprint)."""
+    from npu_resolver import fingerprint, parse_policy
+
+    policy = parse_policy(
+        '[profiles.default.defaults]\ndump_config = {dump_path = "/d", steps = [1]}\n'
+    )
+    first = resolve(ResolveRequest("atlas-a2"), policy=policy)
+    dump = first.options["dump_config"]
+    assert isinstance(dump, dict) and isinstance(dump["steps"], list)
+    dump["dump_path"] = "/elsewhere"
+    dump["steps"].append(99)
+    again = resolve(ResolveRequest("atlas-a2"), policy=policy)
+    assert again.options["dump_config"] == {"dump_path": "/d", "steps": [1]}
+    assert again.fingerprint == first.fingerprint
+
+    config: dict[str, Any] = {"dump_config": {"dump_path": "/a"}}
+    request = ResolveRequest("atlas-a2", config)
+    answer = resolve(request)
+    config["dump_config"]["dump_path"] = "/b"  # the config dict filled again for the next job
+    assert answer.options["dump_config"] == {"dump_path": "/a"}
+    assert answer.fingerprint == fingerprint(answer.product, answer.options)
+    answered = answer.options["dump_config"]
+    assert isinstance(answered, dict)
+    answered["dump_path"] = "/c"
+    assert resolve(ResolveRequest("atlas-a2", {"dump_config": {"dump_path": "/a"}})).options[
+        "dump_config"
+    ] == {"dump_path": "/a"}
+
+
+def test_a_policy_and_its_refusals_cross_a_process_pool() -> None:
+    """A launcher loads the policy once and hands it to its workers; a worker's PolicyError
+    reaches the parent whole (a refusal that did not unpickle broke multiprocessing.Pool)."""
+    import pickle
+
+    from npu_resolver import CATALOG, PolicyError, PolicyReadError, load_policy, parse_policy
+
+    policy = parse_policy("[profiles.default.defaults]\nhccl_timeout = 3600\n")
+    copied = pickle.loads(pickle.dumps(policy))
+    assert copied.version == policy.version
+    assert resolve(ResolveRequest("atlas-a2"), policy=copied).options["hccl_timeout"] == 3600
+    assert pickle.loads(pickle.dumps(CATALOG)) is CATALOG
+    bad = "[profiles.default.defaults]\n" + "".join(f"no_such_{i} = 1\n" for i in range(60))
+    with pytest.raises(PolicyError) as refused:
+        parse_policy(bad)
+    with pytest.raises(PolicyReadError) as unreadable:
+        load_policy("/nonexistent/policy.toml")
+    for error in (refused.value, unreadable.value):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert (back.source, back.problems, back.digest) == (
+            error.source,
+            error.problems,
+            error.digest,
+        )
+    assert refused.value.problems[-1] == "and 10 more problems not listed"
+
+
+@pytest.mark.parametrize("products", [{"atlas-a2", "atlas-a3"}, None, iter(["atlas-a2", "x"])])
+def test_a_diffs_products_must_come_in_an_order(products: Any) -> None:
+    """A set's order, and so the columns', would be chance (it moves with PYTHONHASHSEED)."""
+    from npu_resolver import diff
+
+    with pytest.raises(TypeError, match="products is a list of product names, not"):
+        diff(ResolveRequest("atlas-a2"), products)
+
+
+def test_a_diff_of_too_many_names_is_refused_reading_no_more_than_it_needs() -> None:
+    from npu_resolver import DiffError, diff
+
+    names = [f"product-{i}" for i in range(100_000)]
+    with pytest.raises(DiffError, match="at most 16 products and this one names more than 16"):
+        diff(ResolveRequest("atlas-a2"), names)
+    with pytest.raises(DiffError, match="at most 16 products and this one names 17 "):
+        diff(ResolveRequest("atlas-a2"), names[:17])
+
+
+def test_a_catalog_of_the_wrong_type_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="resolve's catalog must be an npu_resolver Catalog"):
+        resolve(ResolveRequest("atlas-a2"), catalog=None)  # type: ignore[arg-type]

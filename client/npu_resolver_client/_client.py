@@ -307,6 +307,11 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
             f"a diff's products is a list of product names, not one {type(products).__name__}; "
             f"pass [{products!r}, ...] with two or more names"
         )
+    if not isinstance(products, Sequence):  # a set's order, and so the columns', is chance
+        raise TypeError(
+            f"a diff's products is a list of product names, not {type(products).__name__}; "
+            "pass them in the order the columns should take"
+        )
     try:
         check_text(request)
         config_json = config_to_json(request.config)

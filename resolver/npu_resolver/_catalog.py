@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._model import (
     CATALOG_VERSION,
@@ -242,6 +242,13 @@ MAX_KEPT_SUGGESTIONS: Final = 4096
 class Catalog:
     """The option table of one source version, validated, with precomputed views."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The built-in catalog pickles as itself (a Policy that refers to it goes to a process
+        pool's workers whole, and finds their own); another one is rebuilt from its options."""
+        if self is CATALOG:
+            return (_builtin_catalog, ())
+        return (Catalog, (self.options, self.version))
+
     def __init__(self, options: tuple[Option, ...], version: str = CATALOG_VERSION) -> None:
         self.version = version
         self.options = options
@@ -354,3 +361,7 @@ def check_catalog(options: tuple[Option, ...]) -> list[str]:
 
 
 CATALOG: Final = Catalog(OPTIONS)
+
+
+def _builtin_catalog() -> Catalog:
+    return CATALOG

@@ -41,10 +41,21 @@ def diff_columns(products: Sequence[str]) -> list[str]:
     """The columns of a diff: each product once, by its canonical id (an unknown name stands
     as given and gets an UNKNOWN_PRODUCT column). A name that is not a str is a TypeError, as
     a ResolveRequest's product is."""
+    return _columns(products, None)[0]
+
+
+def _columns(products: Sequence[str], most: int | None) -> tuple[list[str], bool]:
+    """diff_columns, read only until there are more columns than `most` (a refusal costs no
+    more than the names it needs); with whether every name was read."""
     for name in products:
         if type(name) is not str:
             raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
-    return list(dict.fromkeys(product_id(n) or n for n in products))
+    columns: dict[str, None] = {}
+    for read, name in enumerate(products, 1):
+        columns[product_id(name) or name] = None
+        if most is not None and len(columns) > most:
+            return list(columns), read == len(products)
+    return list(columns), True
 
 
 def check_diff_products(products: Sequence[str]) -> list[str]:
@@ -57,14 +68,20 @@ def check_diff_products(products: Sequence[str]) -> list[str]:
             f"a diff's products is a list of product names, not one {type(products).__name__}; "
             f"pass [{products!r}, ...] with two or more names"
         )
+    if not isinstance(products, Sequence):  # a set's order, and so the columns', is chance
+        raise TypeError(
+            f"a diff's products is a list of product names, not {type(products).__name__}; "
+            "pass them in the order the columns should take"
+        )
     if len(products) < MIN_DIFF_PRODUCTS:
         raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
-    columns = diff_columns(products)
+    columns, every_name = _columns(products, MAX_DIFF_PRODUCTS)
     if len(columns) > MAX_DIFF_PRODUCTS:
         known = ", ".join(p.id for p in PRODUCTS)
+        named = str(len(columns)) if every_name else f"more than {MAX_DIFF_PRODUCTS}"
         raise DiffError(
             f"a diff takes at most {MAX_DIFF_PRODUCTS} products and this one names "
-            f"{len(columns)} (a product named twice counts once); name at most "
+            f"{named} (a product named twice counts once); name at most "
             f"{MAX_DIFF_PRODUCTS}: the {len(PRODUCTS)} known ones are {known}",
             "TOO_MANY_PRODUCTS",
         )

@@ -319,13 +319,30 @@ def _provenance(slot: Slot) -> Provenance:
     except TypeError:  # an unhashable requested value (a list or object)
         cached, key = None, ()
     if cached is None:
-        cached = Provenance(slot.source, slot.rules, slot.requested, slot.env_var, slot.detail)
+        requested = slot.requested
+        if type(requested) in _CONTAINERS:  # the caller's own object: a copy, as the value
+            requested = detached(requested)
+        cached = Provenance(slot.source, slot.rules, requested, slot.env_var, slot.detail)
         requested = slot.requested
         # Text within bounds; no float, as 0.0 == -0.0 would share one record.
         short = not isinstance(requested, str) or len(requested) <= MAX_MEMO_TEXT
         if key and short and type(requested) is not float:
             keep(_PROVENANCE, key, cached, _MAX_PROVENANCE)
     return cached
+
+
+_CONTAINERS: Final = frozenset({dict, list})
+
+
+def detached(value: JSON) -> JSON:
+    """A copy of an object or list value, all the way down: an answer is data of its own. A
+    caller that edits its answer must not edit the policy that gave the value (every later
+    answer), nor a request's config the answer read it from; nor the other way round."""
+    if type(value) is dict:
+        return {key: detached(item) for key, item in value.items()}
+    if type(value) is list:
+        return [detached(item) for item in value]
+    return value
 
 
 def check_arguments(request: object, policy: object, caller: str = "resolve") -> None:
@@ -358,6 +375,10 @@ def resolve(
     """Resolve one request. Never raises on caller input: problems are diagnostics. A request
     that is not a ResolveRequest, or a policy that is not a Policy, is a TypeError."""
     check_arguments(request, policy)
+    if not isinstance(catalog, Catalog):
+        raise TypeError(
+            f"resolve's catalog must be an npu_resolver Catalog, not {type(catalog).__name__}"
+        )
     policy_version = policy.version if policy is not None else ""
     shape = config_shape(request.config)
     if shape is not None:
@@ -451,6 +472,9 @@ def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) ->
     if not slots.keys() <= base.slots.keys():
         slots = {name: slots[name] for name in sorted(slots, key=base.order.__getitem__)}
     options = {name: slot.value for name, slot in slots.items()}
+    for name, value in options.items():
+        if type(value) in _CONTAINERS:  # an object the caller or the policy still holds
+            options[name] = detached(value)
     provenance = {name: slot.prov or _provenance(slot) for name, slot in slots.items()}
     return resolution(
         ok=ok,

@@ -74,6 +74,20 @@ class PolicyError(ValueError):
         self.digest = digest
         super().__init__(f"{source}: " + "; ".join(self.problems))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole (a process pool's worker raises it to its parent), as listed: not
+        cut again, which would count a listed "and N more" as a problem of its own."""
+        return (_restored_error, (type(self), self.source, self.problems, self.digest))
+
+
+def _restored_error(
+    kind: type[PolicyError], source: str, problems: list[str], digest: str
+) -> PolicyError:
+    error = kind.__new__(kind)
+    error.source, error.problems, error.digest = source, list(problems), digest
+    ValueError.__init__(error, f"{source}: " + "; ".join(error.problems))
+    return error
+
 
 MAX_PROBLEMS: Final = 50
 """Problems a refusal lists: a file of a megabyte of bad keys would otherwise give a message of

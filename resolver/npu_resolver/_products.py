@@ -108,9 +108,12 @@ NEW_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.NEW)
 LEGACY_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.LEGACY)
 
 
+_IGNORED: Final = str.maketrans("", "", " -_\t")
+
+
 def alias_key(text: str) -> str:
     """Case, spaces, '-' and '_' do not distinguish product names."""
-    return "".join(ch for ch in text.casefold() if ch not in " -_\t")
+    return text.casefold().translate(_IGNORED)
 
 
 def names(product: Product) -> tuple[str, ...]:
