@@ -415,6 +415,8 @@ def test_arguments_of_the_wrong_type_are_type_errors_naming_the_parameter(
         npu_resolver.diff(request_, "atlas-a2")
     with pytest.raises(TypeError, match=r"products is a list of product names, not one str"):
         client.diff(request_, "atlas-a2")
+    with pytest.raises(TypeError, match=r"products is a list of product names, not set"):
+        client.diff(request_, {"atlas-a2", "atlas-a3"})  # type: ignore[arg-type]
     calls: list[Any] = [
         npu_resolver.resolve,
         lambda r, **kw: npu_resolver.diff(r, ["a", "b"], **kw),
