@@ -923,7 +923,12 @@ def test_a_misspelt_setting_variable_is_named_at_start() -> None:
     server's start is not refused for it (stopped by SIGINT while starting, exit 0)."""
     # A setting's variable in another case is read (as pydantic-settings matches names): not
     # named as unknown.
-    env = {**os.environ, "NPU_RESOLVER_WORKER": "2", "NPU_RESOLVER_Call_Log": "failed"}
+    env = {
+        **os.environ,
+        "NPU_RESOLVER_WORKER": "2",
+        "NPU_RESOLVER_Call_Log": "failed",
+        "npu_resolver_worker": "2",  # a lowercase misspelling gets its suggestion too
+    }
     proc = subprocess.Popen(
         [*CLI, "serve", "--port", "0", "--host", "127.0.0.1"],
         stderr=subprocess.PIPE,
@@ -933,10 +938,13 @@ def test_a_misspelt_setting_variable_is_named_at_start() -> None:
     )
     assert proc.stderr is not None
     first = json.loads(proc.stderr.readline())
+    lowercase = json.loads(proc.stderr.readline())  # the names in order: upper case first
     proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=30)
-    assert "unknown_setting_variable" not in (rest or "")
+    assert "unknown_setting_variable" not in (rest or "")  # NPU_RESOLVER_Call_Log is read
     assert first["event"] == "unknown_setting_variable"
+    assert lowercase["variable"] == "npu_resolver_worker"
+    assert "did you mean NPU_RESOLVER_WORKERS?" in lowercase["detail"]
     assert first["level"] == "WARNING"
     assert first["variable"] == "NPU_RESOLVER_WORKER"
     assert "did you mean NPU_RESOLVER_WORKERS?" in first["detail"]

@@ -716,7 +716,11 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
     with ProcessServer(["--workers", "2"], env=env) as server:
         frozen, other = (int(e["pid"]) for e in server.wait_for("serving", 2))
         os.kill(frozen, signal.SIGSTOP)
-        (hung,) = server.wait_for("worker_hung", timeout=30)
+        try:
+            (hung,) = server.wait_for("worker_hung", timeout=30)
+        finally:  # a stopped process outlives every stop signal but this one
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
         assert hung["worker_pid"] == frozen and hung["level"] == "ERROR"
         assert hung["silent_s"] >= 3
         restarted = server.wait_for("serving", 3, timeout=30)[2]
@@ -784,3 +788,21 @@ def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
             channel.close()
         assert not server.events("worker_hung")
         assert [e["code"] for e in exited] == [0, 0]
+
+
+def test_a_hung_worker_is_found_after_every_worker_was_recycled() -> None:
+    """Every worker stopped and started again while the supervisor runs on: the folder the
+    heartbeats go to is the supervisor's, so the new workers' silence is still watched (the
+    last worker to stop had removed it, and hung workers went unseen from then on)."""
+    env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3"}
+    with ProcessServer(["--workers", "2"], env=env) as server:
+        for pid in (int(e["pid"]) for e in server.wait_for("serving", 2)):
+            os.kill(pid, signal.SIGTERM)  # each recycled, as an operator would
+        restarted = [int(e["pid"]) for e in server.wait_for("serving", 4, timeout=60)[2:]]
+        os.kill(restarted[0], signal.SIGSTOP)
+        try:
+            (hung,) = server.wait_for("worker_hung", timeout=30)
+            assert hung["worker_pid"] == restarted[0]
+        finally:  # a stopped process outlives every stop signal but this one
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(restarted[0], signal.SIGKILL)

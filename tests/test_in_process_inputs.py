@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from npu_resolver import CATALOG, Code, ResolveRequest, _products, describe_option, resolve
+from npu_resolver import (
+    CATALOG,
+    Code,
+    PolicyError,
+    ResolveRequest,
+    _products,
+    describe_option,
+    resolve,
+)
 
 
 class Big(int):
@@ -413,3 +421,75 @@ def test_a_diff_of_too_many_names_is_refused_reading_no_more_than_it_needs() -> 
 def test_a_catalog_of_the_wrong_type_is_a_type_error_naming_it() -> None:
     with pytest.raises(TypeError, match="resolve's catalog must be an npu_resolver Catalog"):
         resolve(ResolveRequest("atlas-a2"), catalog=None)  # type: ignore[arg-type]
+
+
+def test_a_catalog_of_ones_own_does_not_pickle_and_says_why() -> None:
+    """Only the built-in catalog pickles (as itself); one built by a caller is built again in
+    each process: a clear TypeError, not a failure deep in pickle."""
+    import pickle
+
+    from npu_resolver import Catalog
+
+    mine = Catalog(CATALOG.options, version="mine")
+    with pytest.raises(TypeError, match="only the built-in catalog"):
+        pickle.dumps(mine)
+
+
+class LocatedError(PolicyError):
+    """A launcher's own refusal, with a field of its own (pickled by reference: module level)."""
+
+    where = ""
+
+
+def test_a_policy_error_subclass_keeps_its_own_state_across_pickling() -> None:
+    import pickle
+
+    error = LocatedError("p.toml", ["bad"], digest="abc")
+    error.where = "line 3"
+    error.add_note("pushed by the platform team")
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is LocatedError and back.where == "line 3"
+    assert back.__notes__ == ["pushed by the platform team"]
+    assert (back.source, back.problems, back.digest) == ("p.toml", ["bad"], "abc")
+
+
+@pytest.mark.parametrize(
+    ("config", "code", "said"),
+    [  # R-HCT-2: a bounded range; R-IPL-1: iterations_per_loop's is open above
+        ({"hccl_timeout": "9999999999999999999"}, "OUT_OF_RANGE", "is outside [0, 2147483647]"),
+        ({"hccl_timeout": "-99999999999999999999"}, "OUT_OF_RANGE", "is outside [0, 2147483647]"),
+        ({"iterations_per_loop": "99999999999999999999"}, "INVALID_VALUE", "within ±2^53;"),
+        ({"hccl_timeout": "00000000000000000005"}, "NORMALIZED", "was read as 5"),
+    ],
+)
+def test_an_integer_as_long_text_is_said_as_the_number_it_is(
+    config: dict[str, str], code: str, said: str
+) -> None:
+    """Not "not an integer": out of a bounded range it is OUT_OF_RANGE; in an open one, beyond
+    what is read exactly (no word about JSON, which text is not); zeros only pad."""
+    (diagnostic,) = resolve(ResolveRequest("atlas-a2", config)).diagnostics
+    assert diagnostic.code.value == code and said in diagnostic.message
+
+
+def test_a_diff_refused_for_too_many_names_reads_no_more_than_it_needs() -> None:
+    from collections.abc import Sequence
+
+    from npu_resolver import DiffError, diff
+
+    class Counted(Sequence[str]):
+        def __init__(self, size: int) -> None:
+            self.size, self.read = size, 0
+
+        def __len__(self) -> int:
+            return self.size
+
+        def __getitem__(self, index: Any) -> Any:
+            if not 0 <= index < self.size:
+                raise IndexError(index)
+            self.read = max(self.read, index + 1)
+            return f"product-{index}"
+
+    names = Counted(100_000)
+    with pytest.raises(DiffError, match="names more than 16"):
+        diff(ResolveRequest("atlas-a2"), names)
+    assert names.read == 17

@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,42 @@ def test_the_reload_is_asked_of_the_supervisor_only_while_it_is_this_workers_par
     for supervisor in (parent, parent + 100_000):
         asyncio.run(ask(supervisor))
     assert sent == [(parent, signal.SIGHUP)]
+
+
+def test_time_the_supervisor_did_not_run_is_no_workers_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole server stopped for longer than the limit and resumed: the supervisor counts
+    only the silence it watched, so a worker that beats again once resumed is not killed for
+    the pause; one still silent once the supervisor runs again is, after the limit."""
+    from npu_resolver_server import ServerSettings
+    from npu_resolver_server._reload_marks import beat_name
+
+    clock = [100.0]
+    killed: list[int] = []
+    # The supervisor module's own clock and signals, not the interpreter's.
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
+    fake_os = types.SimpleNamespace(kill=lambda pid, signum: killed.append(pid), getpid=os.getpid)
+    monkeypatch.setattr("npu_resolver_server._supervisor.time", fake_time)
+    monkeypatch.setattr("npu_resolver_server._supervisor.os", fake_os)
+    supervisor = _supervisor.Supervisor(
+        ServerSettings(port=50999, workers=2, hung_worker_seconds=3), tmp_path
+    )
+    supervisor.children = {OTHER: 0}
+    beat = tmp_path / beat_name(OTHER)
+
+    def beats(at: int) -> None:
+        beat.touch()
+        os.utime(beat, ns=(at, at))
+
+    beats(1)
+    for step, beat_at in ((0.0, 1), (1.0, 1), (3.9, 1), (4.9, 2)):  # paused from 1.0 to 3.9
+        if beat_at != 1:
+            beats(beat_at)  # resumed, it beats again
+        clock[0] = 100.0 + step
+        supervisor._kill_hung()
+    assert killed == []
+    for step in (5.9, 6.9, 7.9):  # and now it is silent: 3 s watched
+        clock[0] = 100.0 + step
+        supervisor._kill_hung()
+    assert killed == [OTHER]

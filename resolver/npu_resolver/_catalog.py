@@ -244,15 +244,23 @@ class Catalog:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """The built-in catalog pickles as itself (a Policy that refers to it goes to a process
-        pool's workers whole, and finds their own); another one is rebuilt from its options."""
+        pool's workers whole, and finds their own). Another one is code of its caller's, which
+        each worker builds for itself: pickling it is a TypeError saying so."""
         if self is CATALOG:
             return (_builtin_catalog, ())
-        return (Catalog, (self.options, self.version))
+        raise TypeError(
+            "only the built-in catalog (npu_resolver.CATALOG) pickles; build this one in each "
+            "process, and load its policies there"
+        )
 
     def __init__(self, options: tuple[Option, ...], version: str = CATALOG_VERSION) -> None:
         self.version = version
         self.options = options
         self.by_name: Mapping[str, Option] = {o.name: o for o in options}
+        self.holding_objects: tuple[str, ...] = tuple(
+            o.name for o in options if o.type in (OptType.OBJECT, OptType.ANY)
+        )
+        """The options whose values may be objects or lists (the others refuse them)."""
         problems = check_catalog(options)
         if problems:
             raise CatalogError("; ".join(problems))

@@ -745,6 +745,13 @@ def cache_off_drops_dir(state: State) -> None:
     )
 
 
+_CACHE_DEFAULTS: Final = {
+    "ASCEND_MAX_OP_CACHE_SIZE": "500 MB",
+    "ASCEND_REMAIN_CACHE_SIZE_RATIO": "50% kept",
+}
+"""R-OCC-4: what the source says applies when neither op_cache.ini nor the variable is set."""
+
+
 def cache_size_variables(state: State) -> None:
     """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
     operator compile cache is on (they mean nothing once it is off)."""
@@ -762,9 +769,8 @@ def cache_size_variables(state: State) -> None:
                 Code.NORMALIZED,
                 f"env.{var}",
                 "R-OCC-4",
-                f"environment variable {var} is blank, which sets nothing: the cache's size "
-                "comes from op_cache.ini or the defaults (500 MB, 50% kept). Unset the variable "
-                "instead.",
+                f"environment variable {var} is blank, which sets nothing: op_cache.ini or the "
+                f"default ({_CACHE_DEFAULTS[var]}) applies. Unset the variable instead.",
             )
             continue
         number = int(stripped) if _ENV_INT.fullmatch(stripped) else None

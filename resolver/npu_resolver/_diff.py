@@ -47,11 +47,10 @@ def diff_columns(products: Sequence[str]) -> list[str]:
 def _columns(products: Sequence[str], most: int | None) -> tuple[list[str], bool]:
     """diff_columns, read only until there are more columns than `most` (a refusal costs no
     more than the names it needs); with whether every name was read."""
-    for name in products:
-        if type(name) is not str:
-            raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
     columns: dict[str, None] = {}
     for read, name in enumerate(products, 1):
+        if type(name) is not str:
+            raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
         columns[product_id(name) or name] = None
         if most is not None and len(columns) > most:
             return list(columns), read == len(products)

@@ -472,7 +472,8 @@ def _result(state: State, base: _Base, catalog: Catalog, policy_version: str) ->
     if not slots.keys() <= base.slots.keys():
         slots = {name: slots[name] for name in sorted(slots, key=base.order.__getitem__)}
     options = {name: slot.value for name, slot in slots.items()}
-    for name, value in options.items():
+    for name in catalog.holding_objects:
+        value = options.get(name)
         if type(value) in _CONTAINERS:  # an object the caller or the policy still holds
             options[name] = detached(value)
     provenance = {name: slot.prov or _provenance(slot) for name, slot in slots.items()}

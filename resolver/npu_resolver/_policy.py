@@ -77,7 +77,11 @@ class PolicyError(ValueError):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled whole (a process pool's worker raises it to its parent), as listed: not
         cut again, which would count a listed "and N more" as a problem of its own."""
-        return (_restored_error, (type(self), self.source, self.problems, self.digest))
+        return (
+            _restored_error,
+            (type(self), self.source, self.problems, self.digest),
+            self.__dict__,  # a subclass's own attributes, and notes added to it
+        )
 
 
 def _restored_error(

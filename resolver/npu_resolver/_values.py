@@ -40,8 +40,10 @@ nested too deep all the same, so the answer is the one in process."""
 MAX_SHOWN: Final = 60
 _MAX_QUOTED_BITS: Final = 192
 """An int this long (58 digits) is still repeated whole in a message's fix."""
-_INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
-_LONG_INT_TEXT: Final = re.compile(r"[+-]?[0-9]{20,}+")
+_INT_TEXT: Final = re.compile(r"[+-]?0*[0-9]{1,19}")
+"""An integer as text; leading zeros ("007") read as the number they pad."""
+_LONG_INT_TEXT: Final = re.compile(r"([+-]?)0*+[0-9]{20,}+")
+"""An integer of 20 digits or more: beyond ±2^53, past every finite bound of the catalog."""
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
 _FALSE: Final = frozenset({"false", "False", "FALSE", "0"})
 BOOL_TEXTS: Final = {**dict.fromkeys(_TRUE, True), **dict.fromkeys(_FALSE, False)}
@@ -369,6 +371,20 @@ def parse(
     return parse_in_full(view, raw, product=product, from_text=from_text)
 
 
+def _beyond_exact(view: OptionView, raw: str, value: int, product: str) -> Problem:
+    """An integer given as text beyond ±2^53 (`value`, or a number as far out on its side):
+    OUT_OF_RANGE where the option's range ends before it, else beyond what is read exactly."""
+    rng = view.range
+    if rng is not None and not rng.contains(value):
+        return Problem(
+            Code.OUT_OF_RANGE,
+            rng.rule,
+            f"{view.option.name} {show(raw)} is outside {rng.text()} on {product}; "
+            "use a value in that range.",
+        )
+    return _invalid(view.option, raw, "an integer within ±2^53")
+
+
 def parse_in_full(
     view: OptionView, raw: JSON, *, product: str, from_text: bool = False
 ) -> Parsed | Problem:
@@ -377,19 +393,17 @@ def parse_in_full(
     option = view.option
     coerced = _coerce(option, raw)
     if isinstance(coerced, Problem):
-        rng = view.range
-        if rng is not None and isinstance(raw, str) and _LONG_INT_TEXT.fullmatch(raw.strip()):
-            # A whole number too long to read (HCCL_EXEC_TIMEOUT=99999999999999999999): it is
-            # an integer, outside every range an option takes, not "not an integer".
-            return Problem(
-                Code.OUT_OF_RANGE,
-                rng.rule,
-                f"{option.name} {show(raw)} is outside {rng.text()} on {product}; "
-                "use a value in that range.",
-            )
-        return coerced
+        long = _LONG_INT_TEXT.fullmatch(raw.strip()) if isinstance(raw, str) else None
+        if long is None or option.type is not OptType.INT:
+            return coerced
+        # A whole number too long to read exactly (HCCL_EXEC_TIMEOUT=99999999999999999999):
+        # an integer, so said as one. Out of a bounded range (its magnitude is at least 10^19,
+        # past every finite bound) it is OUT_OF_RANGE; in an open one, beyond ±2^53.
+        return _beyond_exact(view, raw, -(10**19) if long.group(1) == "-" else 10**19, product)
     value, converted = coerced
     if type(value) is int and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+        if isinstance(raw, str):  # text (an environment variable's): said as the number it is
+            return _beyond_exact(view, raw, value, product)
         # Before the range: whatever the range, such a number cannot travel as given.
         return _invalid(option, value, "an integer within ±2^53 (JSON cannot carry it exactly)")
     note: Problem | None = None

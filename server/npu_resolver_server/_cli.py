@@ -219,7 +219,7 @@ def _warn_unknown_variables(settings: ServerSettings) -> None:
         return
     show_from(settings.log_level)
     for name in unknown:
-        close = get_close_matches(name, known, n=1)
+        close = get_close_matches(name.upper(), known, n=1)
         say(
             "unknown_setting_variable",
             "WARNING",

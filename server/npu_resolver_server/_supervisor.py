@@ -184,8 +184,13 @@ class Supervisor:
         now = time.monotonic()
         if self._last_check is not None and now < self._last_check + HUNG_CHECK_S:
             return
-        if self._last_check is not None and now - self._last_check > 3 * HUNG_CHECK_S:
-            self._beats.clear()  # the supervisor did not run meanwhile: watch afresh
+        if self._last_check is not None:
+            # Time the supervisor did not run (the whole server stopped, a paused container) is
+            # nobody's silence: what it watched resumes where it stopped, and the workers,
+            # resumed too, get a beat's time to be seen beating again.
+            gap = now - self._last_check
+            if gap > HUNG_CHECK_S * 1.25:
+                self._beats = {pid: (beat, at + gap) for pid, (beat, at) in self._beats.items()}
         self._last_check = now
         limit = self.settings.hung_worker_seconds
         for pid, worker in list(self.children.items()):

@@ -59,9 +59,10 @@ class ServerSettings(BaseSettings):
     policy_poll_seconds: float = Field(default=1.0, ge=0.05, le=86400, allow_inf_nan=False)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus metrics HTTP port; 0 = off."""
-    hung_worker_seconds: float = Field(default=15.0, ge=2, le=3600, allow_inf_nan=False)
+    hung_worker_seconds: float = Field(default=15.0, ge=3, le=3600, allow_inf_nan=False)
     """Under --workers: a worker whose event loop has not turned for this long (stopped,
-    or stuck) is killed and restarted; the longest call yields well within it."""
+    or stuck) is killed and restarted; the longest call yields well within it. At least 3 s:
+    a worker beats each second, and is seen beating at most a second later."""
     grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0, le=86400, allow_inf_nan=False)
     """Drain period on SIGTERM/SIGINT: in-flight calls get this long to finish."""
     drain_delay_seconds: float = Field(
