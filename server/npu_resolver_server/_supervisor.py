@@ -79,13 +79,17 @@ def _child(
     would go unnoticed). `inherited`: the supervisor's own listening sockets, closed here, so
     that workers outliving a killed supervisor do not hold its metrics port open unanswered."""
     code = 1
-    for fd in inherited:
-        with contextlib.suppress(OSError):
-            os.close(fd)
     try:
+        # The signals are blocked across the fork (see Supervisor._spawn): the child's own
+        # dispositions are set first, and a stop sent meanwhile then ends it as it should,
+        # rather than running the supervisor's forwarding in the child, which ignored it.
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         hold_sighup()  # a reload asked for while it starts is noted, not its end
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         from ._app import run_worker
 
         code = run_worker(
@@ -124,6 +128,8 @@ def _taken(host: str, port: int) -> OSError | None:
     return None
 
 
+_FORWARDED: Final = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""The signals the supervisor forwards to its workers."""
 HUNG_CHECK_S: Final = 1.0
 """How often the supervisor looks at the workers' heartbeats."""
 PORT_WAIT_S: Final = 5.0
@@ -210,10 +216,16 @@ class Supervisor:
 
     def _spawn(self, worker: int) -> None:
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            _child(self.settings, worker, parent, self.marks, self._own_sockets)
-        self.children[pid] = worker
+        # Blocked until each side has its own handlers: a stop that comes as the worker is
+        # forked is then its default action in the child, and forwarded by the parent.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _child(self.settings, worker, parent, self.marks, self._own_sockets)
+            self.children[pid] = worker
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         say("worker_started", worker=worker, worker_pid=pid)
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
