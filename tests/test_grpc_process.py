@@ -652,7 +652,6 @@ def _ignores_sighup(pid: int) -> bool:
     return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_a_sighup_while_the_server_starts_does_not_end_it() -> None:
     """A SIGHUP asks for the policy file to be read again: one that comes before the server
     first reads it (a ConfigMap update at a pod's start) must not kill the start with the
@@ -694,7 +693,6 @@ def _holds(pid: int, inodes: set[str]) -> bool:
     return any(f"socket:[{inode}]" in links for inode in inodes)
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc")
 def test_only_the_supervisor_holds_the_metrics_port() -> None:
     """Workers are forked after the supervisor listens for metrics: a worker that kept the
     socket would hold the port open, answering nothing, after a supervisor killed outright."""
