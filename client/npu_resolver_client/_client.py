@@ -31,7 +31,14 @@ from typing import Any, Final
 import grpc
 from google.protobuf import message
 
-from npu_resolver import Diagnostic, DiffResult, Product, Resolution, ResolveRequest
+from npu_resolver import (
+    Diagnostic,
+    DiffResult,
+    Product,
+    Resolution,
+    ResolveRequest,
+    ordered_products,
+)
 
 from ._convert import (
     NotSendableError,
@@ -302,16 +309,7 @@ def _checked(request: object) -> None:
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
-    if isinstance(products, str | bytes):  # not a list of its characters, as in process
-        raise TypeError(
-            f"a diff's products is a list of product names, not one {type(products).__name__}; "
-            f"pass [{products!r}, ...] with two or more names"
-        )
-    if not isinstance(products, Sequence):  # a set's order, and so the columns', is chance
-        raise TypeError(
-            f"a diff's products is a list of product names, not {type(products).__name__}; "
-            "pass them in the order the columns should take"
-        )
+    products = ordered_products(products)  # the TypeErrors of a diff in process
     try:
         check_text(request)
         config_json = config_to_json(request.config)

@@ -35,6 +35,7 @@ _LAZY = {
     "DiffCell": "_diff",
     "DiffError": "_diff",
     "check_diff_products": "_diff",
+    "ordered_products": "_diff",
     "diff_columns": "_diff",
     "diff_of": "_diff",
     "DiffResult": "_diff",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
         diff,
         diff_columns,
         diff_of,
+        ordered_products,
     )
     from ._policy import (
         Policy,
@@ -138,6 +140,7 @@ __all__ = [
     "fingerprint",
     "list_products",
     "load_policy",
+    "ordered_products",
     "parse_policy",
     "policy_file_digest",
     "product_id",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from ._environment import blank_variable
 from ._model import Code, Source
 from ._options import CACHE_ENV_VARS
 from ._products import Family
@@ -745,13 +746,6 @@ def cache_off_drops_dir(state: State) -> None:
     )
 
 
-_CACHE_DEFAULTS: Final = {
-    "ASCEND_MAX_OP_CACHE_SIZE": "500 MB",
-    "ASCEND_REMAIN_CACHE_SIZE_RATIO": "50% kept",
-}
-"""R-OCC-4: what the source says applies when neither op_cache.ini nor the variable is set."""
-
-
 def cache_size_variables(state: State) -> None:
     """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
     operator compile cache is on (they mean nothing once it is off)."""
@@ -759,18 +753,14 @@ def cache_size_variables(state: State) -> None:
         return
     if state.value("op_compiler_cache_mode") in (None, "disable"):
         return
-    for var, (least, greatest, expected) in CACHE_ENV_VARS.items():
+    for var, (least, greatest, expected, default) in CACHE_ENV_VARS.items():
         text = state.env.get(var)
         if text is None:
             continue
         stripped = text.strip()
         if not stripped:  # `export VAR=`: names no size, as a blank variable elsewhere
-            state.emit(
-                Code.NORMALIZED,
-                f"env.{var}",
-                "R-OCC-4",
-                f"environment variable {var} is blank, which sets nothing: op_cache.ini or the "
-                f"default ({_CACHE_DEFAULTS[var]}) applies. Unset the variable instead.",
+            blank_variable(
+                state, var, "R-OCC-4", f"op_cache.ini or the default ({default}) applies"
             )
             continue
         number = int(stripped) if _ENV_INT.fullmatch(stripped) else None

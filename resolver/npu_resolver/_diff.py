@@ -57,21 +57,29 @@ def _columns(products: Sequence[str], most: int | None) -> tuple[list[str], bool
     return list(columns), True
 
 
-def check_diff_products(products: Sequence[str]) -> list[str]:
-    """The diff's columns (as diff_columns), or DiffError when `products` names fewer than
-    two products or more than MAX_DIFF_PRODUCTS different ones. Cheap, so that adapters can
-    ask before reading anything else of the request; one str is a TypeError, not a list of
-    its characters."""
+def ordered_products(products: object) -> Sequence[str]:
+    """`products` when it can be a diff's columns, in order; a TypeError otherwise: one str
+    (not a list of its characters), or a set, None or an iterator (whose order, and so the
+    columns', would be chance). The client asks the same before sending a diff."""
     if isinstance(products, str | bytes):
         raise TypeError(
             f"a diff's products is a list of product names, not one {type(products).__name__}; "
             f"pass [{products!r}, ...] with two or more names"
         )
-    if not isinstance(products, Sequence):  # a set's order, and so the columns', is chance
+    if not isinstance(products, Sequence):
         raise TypeError(
             f"a diff's products is a list of product names, not {type(products).__name__}; "
             "pass them in the order the columns should take"
         )
+    return products
+
+
+def check_diff_products(products: Sequence[str]) -> list[str]:
+    """The diff's columns (as diff_columns), or DiffError when `products` names fewer than
+    two products or more than MAX_DIFF_PRODUCTS different ones. Cheap, so that adapters can
+    ask before reading anything else of the request (see ordered_products for its
+    TypeErrors)."""
+    products = ordered_products(products)
     if len(products) < MIN_DIFF_PRODUCTS:
         raise DiffError(f"a diff needs {MIN_DIFF_PRODUCTS} or more products")
     columns, every_name = _columns(products, MAX_DIFF_PRODUCTS)

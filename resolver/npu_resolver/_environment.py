@@ -54,6 +54,18 @@ def report_unreadable(state: State, request: ResolveRequest, left_out: tuple[str
         state.emit(Code.INVALID_VALUE, f"env.{name}", ENV_VAR_RULES[name], message)
 
 
+def blank_variable(state: State, var: str, rule: str, instead: str) -> None:
+    """NORMALIZED for `export VAR=`: a blank variable names nothing, whichever it is; `instead`
+    says what applies then."""
+    state.emit(
+        Code.NORMALIZED,
+        f"env.{var}",
+        rule,
+        f"environment variable {var} is blank, which sets nothing: {instead}. "
+        "Unset the variable instead.",
+    )
+
+
 def read_env(
     state: State, catalog: Catalog
 ) -> tuple[dict[str, JSON], dict[str, tuple[str, Problem]]]:
@@ -68,12 +80,8 @@ def read_env(
         view = state.view[option.name]
         text = plain_text(text)
         if not text.strip():  # `export VAR=`: names no value, as a blank folder variable
-            state.emit(
-                Code.NORMALIZED,
-                f"env.{var}",
-                option.env_rule,
-                f"environment variable {var} is blank, which sets nothing: {option.name} is "
-                "resolved as if it were unset. Unset the variable instead.",
+            blank_variable(
+                state, var, option.env_rule, f"{option.name} is resolved as if it were unset"
             )
             continue
         parsed = view.env_texts.get(text)

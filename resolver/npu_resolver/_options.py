@@ -428,12 +428,13 @@ PATH_ENV_VARS: Final[Mapping[str, str]] = {
     "ASCEND_CACHE_PATH": "R-OCD-1",
     "HOME": "R-OCD-1",
 }
-CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str]]] = {
-    "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging"),
-    "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]"),
+CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str, str]]] = {
+    "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging", "500 MB"),
+    "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]", "50% kept"),
 }
-"""R-OCC-4: the operator cache's size variables, with the least and greatest value each takes
-and how the source describes a valid one."""
+"""R-OCC-4: the operator cache's size variables, with the least and greatest value each takes,
+how the source describes a valid one, and what applies when neither op_cache.ini nor the
+variable sets it ("默认磁盘空间大小500MB，默认保留缓存的空间50%")."""
 FLAG_ENV_VARS: Final[Mapping[str, str]] = {"ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1"}
 ENV_VAR_RULES: Final[Mapping[str, str]] = {
     **PATH_ENV_VARS,

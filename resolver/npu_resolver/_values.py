@@ -28,7 +28,7 @@ from ._model import (
     is_text,
     plain_scalar,
 )
-from ._schema import Option, OptType
+from ._schema import Option, OptType, Range
 
 if TYPE_CHECKING:
     from ._catalog import OptionView
@@ -376,13 +376,16 @@ def _beyond_exact(view: OptionView, raw: str, value: int, product: str) -> Probl
     OUT_OF_RANGE where the option's range ends before it, else beyond what is read exactly."""
     rng = view.range
     if rng is not None and not rng.contains(value):
-        return Problem(
-            Code.OUT_OF_RANGE,
-            rng.rule,
-            f"{view.option.name} {show(raw)} is outside {rng.text()} on {product}; "
-            "use a value in that range.",
-        )
+        return _out_of_range(view.option, show(raw), rng, product)
     return _invalid(view.option, raw, "an integer within ±2^53")
+
+
+def _out_of_range(option: Option, shown: str, rng: Range, product: str) -> Problem:
+    return Problem(
+        Code.OUT_OF_RANGE,
+        rng.rule,
+        f"{option.name} {shown} is outside {rng.text()} on {product}; use a value in that range.",
+    )
 
 
 def parse_in_full(
@@ -428,12 +431,7 @@ def parse_in_full(
         )
     rng = view.range
     if rng is not None and isinstance(value, int) and not rng.contains(value):
-        return Problem(
-            Code.OUT_OF_RANGE,
-            rng.rule,
-            f"{option.name} {value} is outside {rng.text()} on {product}; "
-            "use a value in that range.",
-        )
+        return _out_of_range(option, str(value), rng, product)
     if option.validator is not None and isinstance(value, str):
         reason = option.validator(value)
         if reason is not None:

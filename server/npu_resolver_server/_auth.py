@@ -17,6 +17,7 @@ import grpc
 
 from ._replies import refuse
 from ._servicer import ADMIN_METHODS, SERVICE
+from ._tls import file_stamp
 from .settings import PID_METADATA_KEY
 
 AUTH_HEADER: Final = "authorization"
@@ -44,13 +45,9 @@ class TokenFile:
         self.path = path
         self._clock = clock
         self.token = read_token(path).encode()
-        self._stamp = self._stamped() if path.is_file() else None  # a pipe is read once
+        self._stamp = file_stamp(path) if path.is_file() else None  # a pipe is read once
         self._refused: object = None
         self._next = clock() + RECHECK_S
-
-    def _stamped(self) -> tuple[int, ...]:
-        s = os.stat(self.path)
-        return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
 
     def current(self) -> bytes:
         """The token in force, after looking at the file if a second has passed."""
@@ -61,7 +58,7 @@ class TokenFile:
 
     def _check(self) -> None:
         try:
-            stamp = self._stamped()
+            stamp = file_stamp(self.path)
         except OSError as exc:
             self._refuse(str(exc), f"cannot read it: {exc.strerror or exc}")
             return
@@ -116,14 +113,9 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Requires `authorization: Bearer <token>` on admin methods (or all resolver methods)."""
 
     def __init__(
-        self,
-        token: TokenFile | str,
-        *,
-        protect_all: bool = False,
-        on_refused: Refused | None = None,
+        self, token: TokenFile, *, protect_all: bool = False, on_refused: Refused | None = None
     ) -> None:
-        self._file = token if isinstance(token, TokenFile) else None
-        self._fixed = token.encode() if isinstance(token, str) else b""
+        self._token = token
         self._protect_all = protect_all
         self._on_refused = on_refused
         self._prefix = f"/{SERVICE}/"
@@ -154,7 +146,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 )
             scheme, _, credential = given.strip().partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credential.strip(), self._file.current() if self._file else self._fixed
+                credential.strip(), self._token.current()
             ):
                 return _refusing_handler("the bearer token is not valid", method, self._on_refused)
         return await continuation(handler_call_details)

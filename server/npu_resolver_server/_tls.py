@@ -22,6 +22,13 @@ from .settings import ServerSettings
 log = logging.getLogger("npu_resolver_server")
 
 
+def file_stamp(path: Path) -> tuple[int, ...]:
+    """What changes when a file is rewritten, swapped (a Secret's symlink is followed) or given
+    other permissions (ctime): files read again on change compare these. OSError when gone."""
+    s = os.stat(path)
+    return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+
+
 class CertificateFiles:
     """The files of --tls-cert, --tls-key and --tls-client-ca, and what was last read of them."""
 
@@ -47,8 +54,7 @@ class CertificateFiles:
     def _stamped(self) -> tuple[tuple[int, ...], ...]:
         """What changes when a file is rewritten, swapped (a Secret's symlink is followed) or
         given other permissions (ctime), so that each change is judged once."""
-        stats = [os.stat(path) for path in self._paths()]
-        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats)
+        return tuple(file_stamp(path) for path in self._paths())
 
     def _read(self) -> tuple[bytes, bytes, bytes | None]:
         client_ca = self.client_ca.read_bytes() if self.client_ca else None

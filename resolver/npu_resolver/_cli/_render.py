@@ -204,11 +204,10 @@ def render_env(result: Resolution, env: Mapping[str, str]) -> str:
         if name not in env:
             continue
         line = f"export {name}={shlex.quote(env[name])}"
-        for option in _OPTIONS_OF_VARIABLE.get(name, ()):
-            source = result.provenance.get(option)
-            if source is not None and source.source in winner:
-                line += f"  # no effect here: {winner[source.source]} {option} wins"
-                break
+        option = CATALOG.env_options.get(name)
+        given = result.provenance.get(option.name) if option is not None else None
+        if option is not None and given is not None and given.source in winner:
+            line += f"  # no effect here: {winner[given.source]} {option.name} wins"
         lines.append(line)
     if not lines:
         lines.append("# no environment variable named by the source is set")
@@ -216,11 +215,5 @@ def render_env(result: Resolution, env: Mapping[str, str]) -> str:
         lines.insert(0, "# the request has errors: fix them before using this environment")
     return "\n".join(lines)
 
-
-_OPTIONS_OF_VARIABLE: Final = {
-    variable: tuple(o.name for o in CATALOG.options if o.env == variable)
-    for variable in {o.env for o in CATALOG.options if o.env}
-}
-"""The options each environment variable gives a value (rules.md's R-*-n "via" rules)."""
 
 FORMATS: Final = ("json", "table", "python", "env")
