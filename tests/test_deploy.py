@@ -191,7 +191,7 @@ def test_short_overlay_paths_render_the_same(
 def test_expected_objects(rendered: dict[str, list[Obj]], target: str) -> None:
     objects = rendered[target]
     kinds = sorted(obj["kind"] for obj in objects)
-    for kind in ("ConfigMap", "Deployment", "PodDisruptionBudget"):
+    for kind in ("ConfigMap", "Deployment", "PodDisruptionBudget", "NetworkPolicy"):
         assert kind in kinds, f"{target}: no {kind}"
     assert kinds.count("Service") == 2, f"{target}: expected a Service and a headless Service"
     if target == "base":
@@ -429,6 +429,33 @@ def test_services_select_the_pods(rendered: dict[str, list[Obj]], target: str) -
     regular = [s for s in objects if s["kind"] == "Service" and s is not headless]
     assert [s["spec"].get("type", "ClusterIP") for s in regular] == ["ClusterIP"]
     assert regular[0]["spec"].get("clusterIP") != "None"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_network_policy_admits_what_the_services_serve_and_nothing_leaves(
+    rendered: dict[str, list[Obj]], target: str
+) -> None:
+    objects = rendered[target]
+    policy = _one(objects, "NetworkPolicy")["spec"]
+    pod_labels = _one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    assert policy.get("egress", []) == [], "the server opens no connection of its own"
+
+    # One rule, open to any source, on named ports the container has: every port a Service
+    # sends traffic to is admitted, and no other (the health port is reached from the node).
+    [rule] = policy["ingress"]
+    assert "from" not in rule
+    admitted = {(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]}
+    container_ports = {p["name"] for p in _container(objects)["ports"]}
+    assert {name for name, _ in admitted} <= container_ports
+    served = {
+        (str(p["targetPort"]), p.get("protocol", "TCP"))
+        for service in objects
+        if service["kind"] == "Service"
+        for p in service["spec"]["ports"]
+    }
+    assert admitted == served
 
 
 # --- container image
