@@ -684,3 +684,46 @@ def test_a_certificate_file_that_cannot_be_read_is_named_by_its_argument(
 ) -> None:
     with pytest.raises(ValueError, match=said):
         ResolverClient("127.0.0.1:50051", root_certificates=path)
+
+
+def _unavailable_once() -> Handler:
+    """Resolve: UNAVAILABLE the first time (a worker going away), then the real answer."""
+    calls = [0]
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is stopping")
+        return resolution_to_proto(resolve(ResolveRequest(product=request.product)))
+
+    return handler
+
+
+LARGE_ATTACHMENT = {"modify_mixlist": '{"black-list": {"to-add": ["' + "x" * 400_000 + '"]}}'}
+"""Over gRPC's default per-call retry buffer of 256 KiB, within the client's message limit."""
+
+
+def test_a_request_over_256_kib_is_retried_like_a_small_one() -> None:
+    with FakeResolver(resolve=_unavailable_once()) as server, ResolverClient(server.target) as c:
+        answer = c.resolve("atlas-a2", attachments=LARGE_ATTACHMENT)
+    assert answer.product == "atlas-a2"
+    assert len(server.requests) == 2, "the call was not sent again"
+
+
+async def test_the_async_client_retries_a_request_over_256_kib() -> None:
+    with FakeResolver(resolve=_unavailable_once()) as server:
+        async with AsyncResolverClient(server.target) as client:
+            answer = await client.resolve("atlas-a2", attachments=LARGE_ATTACHMENT)
+    assert answer.product == "atlas-a2"
+    assert len(server.requests) == 2, "the call was not sent again"
+
+
+def test_an_answer_holds_copies_of_the_callers_objects(grpc_target: str) -> None:  # noqa: F811
+    """As in process: editing the config after the call, or the answer, edits neither."""
+    dump = {"enable_dump": True, "dump_path": "/job/dump", "dump_step": "0|5"}
+    with ResolverClient(grpc_target) as client:
+        answer = client.resolve("atlas-a2", {"dump_config": dump})
+    assert answer.options["dump_config"] == dump
+    assert answer.options["dump_config"] is not dump
+    dump["dump_path"] = "/elsewhere"
+    assert answer.options["dump_config"]["dump_path"] == "/job/dump"

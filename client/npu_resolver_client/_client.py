@@ -140,6 +140,9 @@ def channel_options(
         ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
         ("grpc.service_config_disable_resolution", 1),
         ("grpc.enable_retries", 1),
+        # gRPC retries a call only while its request fits this buffer (256 KiB by default): a
+        # full batch or a config with its files attached would fail on the first UNAVAILABLE.
+        ("grpc.per_rpc_retry_buffer_size", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_metadata_size", DEFAULT_MAX_METADATA_BYTES),
@@ -213,6 +216,9 @@ class PolicyInfo:
 
 @dataclass(frozen=True, slots=True)
 class ReloadResult:
+    """What a ReloadPolicy call did. A file the server refused is not an exception: `error`
+    says why (the last good policy stays in force, `version` is its version), so check it."""
+
     changed: bool
     version: str
     error: str

@@ -8,6 +8,7 @@ the resolver to refuse on their option.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -449,13 +450,19 @@ def _same_json(a: JSON, b: JSON) -> bool:
 _CALLERS_VALUE: Final = frozenset({Source.USER, Source.POLICY_LOCKED})
 
 
+def _copied(value: JSON) -> JSON:
+    """The caller's object or list, copied all the way down: an answer is data of its own, as
+    in process, so editing it never edits the config it was asked with, nor the other way."""
+    return copy.deepcopy(value) if isinstance(value, dict | list) else value
+
+
 def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> Resolution:
     """Put back the caller's own JSON where the wire blurred it.
 
     A Struct holds numbers as doubles and objects without key order, so 600.0 comes back as
     600. Where the answer holds the caller's value itself (provenance `requested` of a USER or
-    POLICY_LOCKED value; an object or list option passed through as given), the caller's JSON
-    is put back, so the answer equals the in-process one exactly.
+    POLICY_LOCKED value; an object or list option passed through as given), a copy of the
+    caller's JSON is put back, so the answer equals the in-process one exactly.
     """
     config = request.config
     if not config:
@@ -474,7 +481,7 @@ def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> R
             and _same_json(entry.requested, given)
         ):
             provenance[name] = Provenance(
-                entry.source, entry.rules, given, entry.env_var, entry.detail
+                entry.source, entry.rules, _copied(given), entry.env_var, entry.detail
             )
             changed = True
         value = options.get(name)
@@ -483,7 +490,7 @@ def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> R
             and isinstance(given, dict | list)
             and _same_json(value, given)
         ):
-            options[name] = given
+            options[name] = _copied(given)
             changed = True
     if not changed:
         return resolution
