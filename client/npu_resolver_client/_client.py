@@ -353,8 +353,19 @@ def _restored(resolution: Resolution | None, request: ResolveRequest) -> Resolut
 
 def _batch(requests: list[ResolveRequest]) -> pb.ResolveBatchRequest:
     """The batch of `requests`: a list, read once here and once for the answers (an iterator
-    would be spent by the first read, and every answer dropped)."""
-    return pb.ResolveBatchRequest(requests=[_to_proto(r) for r in requests])
+    would be spent by the first read, and every answer dropped). An item the wire cannot carry
+    stops the batch before it is sent, the message naming the item by its index."""
+    items = []
+    for index, request in enumerate(requests):
+        _checked(request)
+        try:
+            items.append(request_to_proto(request))
+        except NotSendableError as exc:
+            raise ResolverCallError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"requests[{index}]: {exc}; the batch was not sent (fix or leave out that item)",
+            ) from None
+    return pb.ResolveBatchRequest(requests=items)
 
 
 def _batch_results(
