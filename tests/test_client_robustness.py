@@ -372,6 +372,13 @@ def test_a_token_no_header_can_carry_is_refused_at_construction(
     assert "token" in str(info.value)
 
 
+@pytest.mark.parametrize("kind", [ResolverClient, AsyncResolverClient])
+def test_a_token_given_as_bytes_is_a_type_error_naming_it(kind: type[Any]) -> None:
+    """A token read with Path.read_bytes(): said where it is given, with what to do."""
+    with pytest.raises(TypeError, match=r"^token must be a str, not bytes; decode it first"):
+        kind("127.0.0.1:1", token=b"s3cret\n")
+
+
 # --------------------------------------------------------------------------- large reports
 
 

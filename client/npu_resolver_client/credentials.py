@@ -20,6 +20,11 @@ def checked_token(token: str) -> str:
     """A bearer token fit for its header. One read from a file keeps its newline, which gRPC
     refuses only at the first call (INTERNAL: Invalid metadata): it is stripped, and a token
     that cannot travel in a header is a ValueError here, where the mistake is made."""
+    if not isinstance(token, str):  # bytes read from a file, say: a TypeError naming it
+        raise TypeError(
+            f"token must be a str, not {type(token).__name__}"
+            + ("; decode it first (token.decode())" if isinstance(token, bytes) else "")
+        )
     token = token.strip()
     if not token:
         raise ValueError("token is empty (or only whitespace); pass token=None for no token")
