@@ -332,19 +332,25 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
     )
 
 
-def _not_sent(exc: NotSendableError) -> ResolverCallError:
+def _not_sent(exc: NotSendableError, index: int | None = None) -> ResolverCallError:
     """A request the wire cannot carry (text that is not Unicode outside the config, a value
     JSON cannot hold) is refused before any call, as a server would refuse what it cannot
-    read (INVALID_ARGUMENT), with the field named."""
-    return ResolverCallError(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
+    read (INVALID_ARGUMENT), with the field named; in a batch, with the item's index too."""
+    if index is None:
+        return ResolverCallError(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
+    return ResolverCallError(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"requests[{index}]: {exc}; the batch was not sent (fix or leave out that item)",
+    )
 
 
-def _to_proto(request: ResolveRequest) -> pb.ResolveRequest:
+def _to_proto(request: ResolveRequest, index: int | None = None) -> pb.ResolveRequest:
+    """`index`: the request's place in a batch, which a refusal names."""
     _checked(request)
     try:
         return request_to_proto(request)
     except NotSendableError as exc:
-        raise _not_sent(exc) from None
+        raise _not_sent(exc, index) from None
 
 
 def _restored(resolution: Resolution | None, request: ResolveRequest) -> Resolution | None:
@@ -355,17 +361,7 @@ def _batch(requests: list[ResolveRequest]) -> pb.ResolveBatchRequest:
     """The batch of `requests`: a list, read once here and once for the answers (an iterator
     would be spent by the first read, and every answer dropped). An item the wire cannot carry
     stops the batch before it is sent, the message naming the item by its index."""
-    items = []
-    for index, request in enumerate(requests):
-        _checked(request)
-        try:
-            items.append(request_to_proto(request))
-        except NotSendableError as exc:
-            raise ResolverCallError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"requests[{index}]: {exc}; the batch was not sent (fix or leave out that item)",
-            ) from None
-    return pb.ResolveBatchRequest(requests=items)
+    return pb.ResolveBatchRequest(requests=[_to_proto(r, i) for i, r in enumerate(requests)])
 
 
 def _batch_results(

@@ -8,7 +8,6 @@ the resolver to refuse on their option.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -38,6 +37,7 @@ from npu_resolver.text import (
     config_refusal,
     config_shape,
     cut_deep,
+    detached,
     is_text,
     key_text,
     loads_json,
@@ -450,12 +450,6 @@ def _same_json(a: JSON, b: JSON) -> bool:
 _CALLERS_VALUE: Final = frozenset({Source.USER, Source.POLICY_LOCKED})
 
 
-def _copied(value: JSON) -> JSON:
-    """The caller's object or list, copied all the way down: an answer is data of its own, as
-    in process, so editing it never edits the config it was asked with, nor the other way."""
-    return copy.deepcopy(value) if isinstance(value, dict | list) else value
-
-
 def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> Resolution:
     """Put back the caller's own JSON where the wire blurred it.
 
@@ -481,7 +475,7 @@ def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> R
             and _same_json(entry.requested, given)
         ):
             provenance[name] = Provenance(
-                entry.source, entry.rules, _copied(given), entry.env_var, entry.detail
+                entry.source, entry.rules, detached(given), entry.env_var, entry.detail
             )
             changed = True
         value = options.get(name)
@@ -490,7 +484,7 @@ def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> R
             and isinstance(given, dict | list)
             and _same_json(value, given)
         ):
-            options[name] = _copied(given)
+            options[name] = detached(given)
             changed = True
     if not changed:
         return resolution

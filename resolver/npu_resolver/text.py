@@ -5,11 +5,13 @@ so that a config refused in process (too deep, too wide, not JSON, a key written
 that is not Unicode) is refused in the same words when it travels. `read_request` is for a
 request a decoder has just read (every field of its type, each dict its own): it skips the
 constructor's checks and copies, so anything else must go through ResolveRequest(...).
+`detached` is the copy an answer makes of a caller's object or list, for code that builds one.
 """
 
 from __future__ import annotations
 
 from ._model import DuplicateKeyError, cut_text, is_text, loads_json, printable, read_request
+from ._pipeline import detached
 from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "config_shape",
     "cut_deep",
     "cut_text",
+    "detached",
     "is_text",
     "key_text",
     "loads_json",
