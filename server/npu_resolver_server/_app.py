@@ -433,6 +433,11 @@ async def serve(
             "ReloadPolicy is open to every caller that reaches the port",
             extra={"fields": {"event": "reload_unprotected", "hint": "--admin-token-file"}},
         )
+    if marks is not None:
+        # The first heartbeat before the worker says it serves: the supervisor watches only a
+        # worker it has heard beat, and one stopped before its heartbeat task first ran (right
+        # after "serving") went unwatched for good.
+        marks.beat()
     log.info(
         "serving",
         extra={
