@@ -732,6 +732,36 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
         assert server.wait() == 0
 
 
+def test_a_worker_stuck_before_it_serves_is_killed_and_restarted(tmp_path: Path) -> None:
+    """A worker stopped while it still starts (here SIGSTOP while it reads a large policy,
+    before its first heartbeat; in the field, a start stuck after the fork) never beats: it is
+    killed once its start allowance (NPU_RESOLVER_WORKER_START_SECONDS) passes, and another is
+    started that serves."""
+    env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3", "NPU_RESOLVER_WORKER_START_SECONDS": "6"}
+    policy = tmp_path / "policy.toml"
+    policy.write_text(_slow_policy(600))  # its reading holds the start a few hundred ms
+    server = ProcessServer(["--workers", "2", "--policy", str(policy)], env=env)
+    server.start(ready_events=0)
+    stopped = 0
+    try:
+        stopped = int(server.wait_for("worker_started")[0]["worker_pid"])
+        os.kill(stopped, signal.SIGSTOP)
+        (hung,) = server.wait_for("worker_hung", timeout=30)
+        assert hung["worker_pid"] == stopped and hung["phase"] == "starting"
+        assert hung["silent_s"] >= 6
+        serving = [int(e["pid"]) for e in server.wait_for("serving", 2, timeout=30)]
+        assert stopped not in serving
+        assert not _running(stopped)
+        with ResolverClient(server.target, timeout=5) as client:
+            assert client.resolve_request(GOOD).ok
+    finally:
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)
+        server.stop()
+    assert server.proc is not None and server.proc.returncode == 0
+
+
 def test_a_whole_server_stopped_and_resumed_kills_no_worker() -> None:
     """Ctrl-Z then fg, or a paused container: the supervisor stopped too, so the workers'
     silence meanwhile is not theirs to answer for; silence is what the supervisor watched."""

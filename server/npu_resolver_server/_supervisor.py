@@ -177,12 +177,16 @@ class Supervisor:
         self._killed_hung: set[int] = set()
         self._beats: dict[int, tuple[int, float]] = {}
         """pid -> (its last heartbeat seen, when the supervisor first saw it, monotonic)."""
+        self._spawned: dict[int, float] = {}
+        """pid -> when it was started (monotonic), until its first heartbeat is seen."""
         self._last_check: float | None = None
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
         share of the port's connections and answer none of them, and its probes would pass
-        and fail by turns: it is killed, and restarted as any worker that dies. Silence is what
+        and fail by turns: it is killed, and restarted as any worker that dies. So is one that
+        never beat within its start allowance (stuck after the fork, or reading the policy),
+        which would otherwise leave the server a worker short, unseen. Silence is what
         the supervisor itself watched, on its own clock: a whole server stopped and resumed
         (Ctrl-Z, a paused container) or a wall clock stepped forward kills no worker."""
         if self.marks is None or self.stopping:
@@ -197,22 +201,37 @@ class Supervisor:
             gap = now - self._last_check
             if gap > HUNG_CHECK_S * 1.25:
                 self._beats = {pid: (beat, at + gap) for pid, (beat, at) in self._beats.items()}
+                self._spawned = {pid: at + gap for pid, at in self._spawned.items()}
         self._last_check = now
-        limit = self.settings.hung_worker_seconds
+        settings = self.settings
         for pid, worker in list(self.children.items()):
             beat = last_beat(self.marks, pid)
             seen = self._beats.get(pid)
-            if beat is None or seen is None or seen[0] != beat:
-                if beat is not None:
-                    self._beats[pid] = (beat, now)
-                continue
-            silent = now - seen[1]
-            if silent < limit or pid in self._killed_hung:
-                continue
-            say("worker_hung", "ERROR", worker=worker, worker_pid=pid, silent_s=round(silent, 1))
-            self._killed_hung.add(pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            if beat is not None and seen is not None and seen[0] == beat:
+                self._judge(pid, worker, "serving", now - seen[1], settings.hung_worker_seconds)
+            elif beat is not None:
+                self._beats[pid] = (beat, now)
+                self._spawned.pop(pid, None)
+            elif pid in self._spawned:  # never beat yet: still starting, or stuck there
+                since = now - self._spawned[pid]
+                self._judge(pid, worker, "starting", since, settings.worker_start_seconds)
+
+    def _judge(self, pid: int, worker: int, phase: str, silent: float, limit: float) -> None:
+        """Kill a worker silent for `limit` seconds or more (once: it is restarted when
+        reaped). `phase`: "serving" (its heartbeat stopped) or "starting" (it never beat)."""
+        if silent < limit or pid in self._killed_hung:
+            return
+        say(
+            "worker_hung",
+            "ERROR",
+            worker=worker,
+            worker_pid=pid,
+            phase=phase,
+            silent_s=round(silent, 1),
+        )
+        self._killed_hung.add(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
     def _spawn(self, worker: int) -> None:
         parent = os.getpid()
@@ -224,6 +243,7 @@ class Supervisor:
             if pid == 0:
                 _child(self.settings, worker, parent, self.marks, self._own_sockets)
             self.children[pid] = worker
+            self._spawned[pid] = time.monotonic()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         say("worker_started", worker=worker, worker_pid=pid)
@@ -254,6 +274,7 @@ class Supervisor:
                 forget(self.marks, beat_name(pid))
             self._killed_hung.discard(pid)
             self._beats.pop(pid, None)
+            self._spawned.pop(pid, None)
             # A worker still starting (before its handlers are set) ends by the stop signal
             # itself: that is the stop asked for, not a failure.
             stopped = code == 0 or (self.stopping and code in (-signal.SIGTERM, -signal.SIGINT))
