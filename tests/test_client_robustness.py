@@ -734,3 +734,71 @@ def test_an_answer_holds_copies_of_the_callers_objects(grpc_target: str) -> None
     assert answer.options["dump_config"] is not dump
     dump["dump_path"] = "/elsewhere"
     assert answer.options["dump_config"]["dump_path"] == "/job/dump"
+
+
+NO_SERVER = "127.0.0.1:9"  # discard: nothing listens; a request refused here never dials
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_a_request_over_the_message_size_is_refused_before_sending_naming_its_largest_part(
+    validate_only: bool,
+) -> None:
+    """gRPC's own refusal ("Sent message larger than max") names no field: a launcher whose
+    config holds a runaway value learns which option to shorten, and no call is made (with
+    validate_only too: the size is the transport's limit, not a report)."""
+    config = {"hccl_timeout": 600, "op_compiler_cache_dir": "/c/" + "x" * 5_000}
+    with ResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30) as client:
+        started = time.monotonic()
+        with pytest.raises(ResolverCallError) as refused:
+            client.resolve("atlas-a2", config, validate_only=validate_only)
+    assert time.monotonic() - started < 5  # refused before any connection attempt
+    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    message = str(refused.value)
+    assert "max_message_bytes" in message and "4,096" in message
+    assert "config.op_compiler_cache_dir" in message and "not sent" in message
+
+
+def test_an_oversize_batch_names_its_largest_item() -> None:
+    small = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 600})
+    large = ResolveRequest(product="atlas-a2", config={"debug_dir": "/d/" + "y" * 5_000})
+    client = ResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30)
+    with client, pytest.raises(ResolverCallError) as refused:
+        client.resolve_batch([small, large, small])
+    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "requests[1]" in str(refused.value)
+
+
+async def test_the_async_client_refuses_an_oversize_request_before_sending() -> None:
+    async with AsyncResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30) as client:
+        with pytest.raises(ResolverCallError) as refused:
+            await client.resolve("atlas-a2", {"debug_dir": "/d/" + "z" * 5_000})
+    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "config.debug_dir" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        ({"max_message_bytes": "4MB"}, TypeError, "max_message_bytes must be an int"),
+        ({"max_message_bytes": True}, TypeError, "max_message_bytes must be an int"),
+        ({"max_message_bytes": 10}, ValueError, "max_message_bytes must be from 1,024"),
+        ({"max_message_bytes": 2**31}, ValueError, "max_message_bytes must be from 1,024"),
+        ({"wait_for_ready": "no"}, TypeError, "wait_for_ready must be a bool"),
+        ({"wait_for_ready": 1}, TypeError, "wait_for_ready must be a bool"),
+    ],
+)
+def test_client_settings_of_the_wrong_type_are_refused_at_construction(
+    arguments: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    """A string size was ignored by gRPC, and "no" was taken for true: both silently."""
+    for make in (ResolverClient, AsyncResolverClient):
+        with pytest.raises(error, match=words):
+            make(NO_SERVER, **arguments)
+
+
+async def test_describe_catalog_names_a_product_that_is_not_text() -> None:
+    with ResolverClient(NO_SERVER) as client, pytest.raises(TypeError, match="product must be"):
+        client.describe_catalog(5)  # type: ignore[arg-type]
+    async with AsyncResolverClient(NO_SERVER) as aclient:
+        with pytest.raises(TypeError, match="product must be a str"):
+            await aclient.describe_catalog(5)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ ResolveError the packed report would have given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import numbers
@@ -39,6 +40,7 @@ from npu_resolver import (
     ResolveRequest,
     ordered_products,
 )
+from npu_resolver.text import cut_text, printable
 
 from ._convert import (
     NotSendableError,
@@ -129,6 +131,41 @@ SERVICE_CONFIG: Final[dict[str, JSON]] = {
 
 PathOrBytes = str | Path | bytes
 
+MIN_MESSAGE_BYTES: Final = 1024
+MAX_MESSAGE_BYTES: Final = 2**31 - 1
+"""gRPC's message sizes are C ints."""
+
+
+def checked_message_bytes(value: object) -> int:
+    """`max_message_bytes` as gRPC takes it: given anything else, gRPC would ignore it (a
+    string) or refuse every call (a size below any request)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_message_bytes must be an int (bytes), not {type(value).__name__}")
+    if not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
+        raise ValueError(
+            f"max_message_bytes must be from {MIN_MESSAGE_BYTES:,} to {MAX_MESSAGE_BYTES:,} "
+            f"bytes (the server's default is {DEFAULT_MAX_MESSAGE_BYTES:,}), got {value:,}"
+        )
+    return value
+
+
+def _checked_flag(name: str, value: object) -> bool:
+    """A flag given as a bool: "no" or 0.5 would pass for true, silently."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def _checked_product(product: object) -> str:
+    """describe_catalog's product: a product id or alias, or None for every product."""
+    if product is None:
+        return ""
+    if not isinstance(product, str):
+        raise TypeError(
+            f"product must be a str (a product id or alias) or None, not {type(product).__name__}"
+        )
+    return product
+
 
 def channel_options(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -136,6 +173,7 @@ def channel_options(
 ) -> list[tuple[str, Any]]:
     """The channel options both clients use: service config, sizes, keepalive; an option in
     `extra` replaces the default of the same name."""
+    checked_message_bytes(max_message_bytes)
     defaults: list[tuple[str, Any]] = [
         ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
         ("grpc.service_config_disable_resolution", 1),
@@ -417,6 +455,32 @@ def _policy_info(response: pb.GetPolicyResponse) -> PolicyInfo:
     )
 
 
+def _largest_part(request: message.Message) -> str:
+    """Which part of an oversize request weighs most: a batch's item, a config's option, an
+    attachment (a few hundred milliseconds for a request of many megabytes, on a failure)."""
+    parts: list[tuple[int, str]] = []
+    if isinstance(request, pb.ResolveBatchRequest):
+        parts = [(item.ByteSize(), f"requests[{i}]") for i, item in enumerate(request.requests)]
+    elif isinstance(request, pb.ResolveRequest | pb.DiffRequest):
+        parts = [(len(text), f"attachments.{name}") for name, text in request.attachments.items()]
+        if request.config_json:
+            with contextlib.suppress(ValueError, RecursionError):
+                config = json.loads(request.config_json)
+                parts += [
+                    (
+                        len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))),
+                        f"config.{name}",
+                    )
+                    for name, value in (config.items() if isinstance(config, dict) else ())
+                ]
+        fields = request.config.fields
+        parts += [(value.ByteSize(), f"config.{name}") for name, value in fields.items()]
+    if not parts:
+        return ""
+    size, name = max(parts)
+    return f"; its largest part is {printable(cut_text(name, 80))}, about {size:,} bytes"
+
+
 def _pid(metadata: Any) -> str:
     for key, value in metadata or ():
         if key == PID_METADATA_KEY:
@@ -471,8 +535,24 @@ class _Settings:
         self.private_key = checked_pem("private_key", key, "PRIVATE KEY")
         checked_pair(self.certificate_chain, self.private_key)
         self.metadata = _bearer(token)
+        self.max_message_bytes = checked_message_bytes(max_message_bytes)
         self.options = channel_options(max_message_bytes, options)
-        self.wait_for_ready = wait_for_ready
+        self.wait_for_ready = _checked_flag("wait_for_ready", wait_for_ready)
+
+    def check_size(self, request: message.Message) -> None:
+        """A request over the channel's send limit is refused here, naming its largest part,
+        rather than by gRPC's "Sent message larger than max" (the same status code)."""
+        limit = dict(self.options).get("grpc.max_send_message_length")
+        if type(limit) is not int or limit < 0:
+            return
+        size = request.ByteSize()
+        if size > limit:
+            raise ResolverCallError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request is {size:,} bytes, more than this client's message size of "
+                f"{limit:,} (max_message_bytes){_largest_part(request)}; not sent: shorten "
+                "it, or raise max_message_bytes here and --max-message-bytes on the server",
+            )
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -555,6 +635,7 @@ class ResolverClient:
 
     def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
         _check_open(self._closed)
+        self._settings.check_size(request)
         rpc = getattr(self._stub, method)
         try:
             response, call = rpc.with_call(
@@ -653,7 +734,7 @@ class ResolverClient:
     def describe_catalog(
         self, product: str | None = None, *, timeout: float | None = None
     ) -> dict[str, JSON]:
-        request = pb.DescribeCatalogRequest(product=product or "")
+        request = pb.DescribeCatalogRequest(product=_checked_product(product))
         return catalog_from_proto(self._call("DescribeCatalog", request, timeout))
 
     def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
@@ -757,6 +838,7 @@ class AsyncResolverClient:
 
     async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
         rpc = getattr(self._open()[1], method)
+        self._settings.check_size(request)
         call = rpc(
             request,
             timeout=self._settings.deadline(timeout),
@@ -856,7 +938,7 @@ class AsyncResolverClient:
     async def describe_catalog(
         self, product: str | None = None, *, timeout: float | None = None
     ) -> dict[str, JSON]:
-        request = pb.DescribeCatalogRequest(product=product or "")
+        request = pb.DescribeCatalogRequest(product=_checked_product(product))
         return catalog_from_proto(await self._call("DescribeCatalog", request, timeout))
 
     async def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
