@@ -330,12 +330,12 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "stream_sync_timeout", S.EXCEPTION_RECOVERY, T.INT, "R-SST-1",
-        "Stream synchronization timeout in ms; -1 waits forever.",
+        "Stream synchronization timeout in ms; -1 sets no time limit and reports no sync failure.",
         rules=("R-SST-2",), defaults=(Default(-1, "R-SST-1"),),
     ),
     Option(
         "event_sync_timeout", S.EXCEPTION_RECOVERY, T.INT, "R-EST-1",
-        "Event synchronization timeout in ms; -1 waits forever.",
+        "Event synchronization timeout in ms; -1 sets no time limit and reports no sync failure.",
         defaults=(Default(-1, "R-EST-1"),),
     ),
     # ---------------------------------------------------------------- experimental
