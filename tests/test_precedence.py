@@ -140,7 +140,7 @@ def test_lock_over_env() -> None:
         "hccl_timeout",
         value=2400,
         source=Source.POLICY_LOCKED,
-        requested="600",
+        requested=600,  # the variable's value as read, as an ENV value rounded gives it
         detail=detail,
     )
     check(
@@ -148,7 +148,7 @@ def test_lock_over_env() -> None:
         "session_device_id",
         value=0,
         source=Source.POLICY_LOCKED,
-        requested="3",
+        requested=3,
         detail=detail,
     )
     assert codes(result) == [

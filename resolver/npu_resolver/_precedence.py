@@ -131,8 +131,8 @@ def _locked(asked: _Asked) -> Decision:
     if given is not None and not _same(given[1], given[0]):
         requested = given[1]  # the form the caller wrote, as on every other path
     if wanted is not None and wanted != value:
-        if requested is _UNSET:  # the caller's own words: the value, or the variable's text
-            requested = given[0] if given is not None else state.env.get(option.env)
+        if requested is _UNSET:  # the caller's value, or the variable's as read (HCCL_EXEC_
+            requested = wanted  # TIMEOUT=" 600" asks 600, as when it is rounded, R-HCT-3)
         via = f"{name} {show(wanted)}" if given is not None else f"{option.env}={show(wanted)}"
         state.emit(
             Code.POLICY_LOCKED,
