@@ -13,6 +13,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+import npu_resolver
 from npu_resolver import Code, ResolveRequest, parse_policy, resolve
 from npu_resolver._catalog import MAX_KEPT_SUGGESTIONS, Catalog
 from npu_resolver._content import MAX_ATTACHMENTS
@@ -315,3 +316,74 @@ def test_a_megabyte_string_in_a_json_file_with_comments_is_read_in_bounded_memor
     finally:
         tracemalloc.stop()
     assert peak < 24 * 1024 * 1024, peak
+
+
+def _large_lock_policy(profiles: int) -> str:
+    """The default profile locks an object of 6,000 items, which reaches every profile; each
+    other profile locks a value of its own, so no two profiles hold the same locks."""
+    items = ", ".join(["{a = 1}"] * 3000)
+    lines = ["[profiles.default.locked]", f"dump_config = {{steps = [{items}]}}"]
+    for i in range(profiles):
+        lines += [f"[profiles.p{i}.locked]", f"hccl_timeout = {100 + i}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_policy_object_is_read_once_per_view_however_many_profiles_it_reaches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading checks every profile on every product and mode: a file whose default
+    profile locked such an object took a minute to load (each profile read, copied and wrote
+    out the object again), past a --workers server's start allowance. Its reading is kept on
+    the policy's entry, so it is read once per product and mode (10 views), whatever the
+    count of profiles; and the checks, whose answers are dropped, copy none of it."""
+    from npu_resolver import _pipeline, _precedence, _values
+
+    read: list[object] = []
+    real_parse = _values.parse
+
+    def counted_parse(view: object, raw: object, **kwargs: object) -> object:
+        if isinstance(raw, dict) and "steps" in raw:
+            read.append(raw)
+        return real_parse(view, raw, **kwargs)  # type: ignore[arg-type]
+
+    copied: list[object] = []
+    real_detached = _pipeline.detached
+
+    def counted_detached(value: object) -> object:
+        if isinstance(value, dict) and "steps" in value:
+            copied.append(value)
+        return real_detached(value)
+
+    monkeypatch.setattr(_precedence, "parse", counted_parse)
+    monkeypatch.setattr(_pipeline, "detached", counted_detached)
+    policy = parse_policy(_large_lock_policy(profiles=60))
+    npu_resolver.diagnostics_from_policy(policy)  # what the server judges a loaded file by
+    assert 0 < len(read) <= 10  # 5 products x 2 modes
+    assert copied == []
+    resolve(ResolveRequest(product="atlas-a2", profile="p7"), policy=policy)
+    assert len(read) <= 10 and len(copied) == 1  # an answer has its own copy
+
+
+def test_an_answer_owns_the_policy_objects_it_holds() -> None:
+    """The policy's object is read once and shared by every answer's resolution, and each
+    answer still gets a copy: a caller editing its answer edits neither the policy nor the
+    next answer."""
+    policy = parse_policy(_large_lock_policy(profiles=2))
+    first = resolve(ResolveRequest(product="atlas-a2", profile="p1"), policy=policy)
+    steps = first.options["dump_config"]["steps"]
+    steps.append({"a": 2})
+    second = resolve(ResolveRequest(product="atlas-a2", profile="p1"), policy=policy)
+    assert len(second.options["dump_config"]["steps"]) == 3000
+    assert first.fingerprint == second.fingerprint
+
+
+def test_a_policy_that_has_served_pickles_and_serves_alike() -> None:
+    """A policy sent to a process pool after it has served: what it worked out for its
+    objects stays behind (it holds the catalog's views), and the copy answers alike."""
+    import pickle
+
+    policy = parse_policy(_large_lock_policy(profiles=2))
+    request = ResolveRequest(product="atlas-a2", profile="p0")
+    before = resolve(request, policy=policy)
+    again = pickle.loads(pickle.dumps(policy))
+    assert resolve(request, policy=again) == before

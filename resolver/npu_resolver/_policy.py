@@ -458,6 +458,20 @@ _LockSet = tuple[tuple[str, str, bool], ...]
 """A layer's locks as a key: (option, its value as canonical JSON, written for all products)."""
 
 
+_CANONICAL: Final = object()
+"""The key of an entry's canonical JSON text in its memo."""
+
+
+def _canonical(entry: PolicyEntry) -> str:
+    """An entry's value as canonical JSON, written once: the default profile's locks are in
+    every profile's lock set."""
+    text = entry.memo.get(_CANONICAL)
+    if text is None:
+        text = entry.memo[_CANONICAL] = canonical_json(entry.value)
+    assert isinstance(text, str)
+    return text
+
+
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     """Locked values that contradict each other are refused at load, not at request time: in
     each mode a job can run in (both, unless the policy locks the mode; two locks that clash
@@ -473,8 +487,7 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
             if layer is None or len(layer.locked) < 2:  # one lock has none to contradict
                 continue
             locks = tuple(
-                (k, canonical_json(e.value), e.all_products)
-                for k, e in sorted(layer.locked.items())
+                (k, _canonical(e), e.all_products) for k, e in sorted(layer.locked.items())
             )
             holders.setdefault((pid, locks), (layer, []))[1].append(name)
     problems = []
@@ -503,12 +516,12 @@ def _each_mode(
 ) -> Iterator[tuple[dict[str, JSON], Resolution]]:
     """A job that sets nothing but the mode, under profile `name` on `pid`, resolved in each
     mode it can run in (the locked one, else both): the config and its answer."""
-    from ._pipeline import resolve
+    from ._pipeline import resolve_for_checks
 
     modes = [{}] if "graph_run_mode" in layer.locked else [{"graph_run_mode": m} for m in (1, 0)]
     for config in modes:
         request = ResolveRequest(product=pid, profile=name, config=config)
-        yield config, resolve(request, catalog=catalog, policy=policy)
+        yield config, resolve_for_checks(request, catalog=catalog, policy=policy)
 
 
 def _mode_name(result: Resolution) -> str:

@@ -54,11 +54,44 @@ def effective_mode(
 
 
 def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | None:
-    parsed = parse(view, entry.value, product=state.pid)
+    parsed = _policy_reading(view, entry, state.pid)
     if isinstance(parsed, Problem):
         state.report(view.option.name, parsed)
         return None
     return parsed.value if isinstance(parsed, Parsed) else None
+
+
+_CONTAINERS: Final = (dict, list)
+
+
+def _policy_fragment(entry: PolicyEntry, name: str, value: JSON) -> str | None:
+    """The fingerprint fragment of a policy's object or list, written once and kept on its
+    entry (None for a scalar: the slot's own look-up is as cheap)."""
+    if type(value) not in _CONTAINERS:
+        return None
+    kept = entry.memo.get(name)
+    if kept is not None and kept[0] is value:
+        text: str = kept[1]
+        return text
+    text = fragment(name, value)
+    entry.memo[name] = (value, text)
+    return text
+
+
+def _policy_reading(view: OptionView, entry: PolicyEntry, product: str) -> Parsed | Problem:
+    """The view's reading of a policy value: an object or list is read once per view and
+    kept on its entry (the view is kept beside it, so that no other view taking its id after
+    it is gone is given its reading), a scalar each time (it costs no more than the look-up)."""
+    value = entry.value
+    if type(value) not in _CONTAINERS:
+        return parse(view, value, product=product)
+    kept = entry.memo.get(id(view))
+    if kept is not None and kept[0] is view:
+        reading: Parsed | Problem = kept[1]
+        return reading
+    reading = parse(view, value, product=product)
+    entry.memo[id(view)] = (view, reading)
+    return reading
 
 
 def _same(a: JSON, b: JSON) -> bool:
@@ -148,6 +181,7 @@ def _locked(asked: _Asked) -> Decision:
         requested=requested,
         detail=lock.detail,
         all_products=lock.all_products,
+        fragment=_policy_fragment(lock, name, value),
     )
 
 
@@ -257,6 +291,7 @@ def _policy_default(asked: _Asked) -> Decision:
         (view.option.rule,),
         detail=entry.detail,
         all_products=entry.all_products,
+        fragment=_policy_fragment(entry, name, value),
     )
 
 

@@ -47,6 +47,14 @@ class PolicyEntry:
     value: JSON
     detail: str
     all_products: bool = False
+    memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What the resolver worked out from `value` once (its reading per option view, its
+    fingerprint text): a lock of the default profile reaches every job and every profile, and
+    an object of ten thousand items would be walked again for each."""
+
+    def __reduce__(self) -> tuple[type[PolicyEntry], tuple[JSON, str, bool]]:
+        """Pickled without its memo, which holds the catalog's views (worked out anew)."""
+        return (PolicyEntry, (self.value, self.detail, self.all_products))
 
 
 @dataclass(frozen=True, slots=True)
