@@ -66,7 +66,7 @@ class ServerSettings(BaseSettings):
     worker_start_seconds: float = Field(default=60.0, ge=3, le=3600, allow_inf_nan=False)
     """Under --workers: a worker that has not begun serving this long after it was started (a
     start stuck after the fork, a policy read that never returns) is killed and restarted.
-    Generous: a policy file at its size limit loads in about a second."""
+    Generous: the slowest policy files at the size limit take about ten seconds to load."""
     grace_seconds: float = Field(default=DEFAULT_GRACE_SECONDS, ge=0, le=86400, allow_inf_nan=False)
     """Drain period on SIGTERM/SIGINT: in-flight calls get this long to finish."""
     drain_delay_seconds: float = Field(
