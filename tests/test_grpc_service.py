@@ -1565,3 +1565,38 @@ def test_clients_refuse_a_field_that_is_not_a_mapping_as_resolve_request_does(
 
     with pytest.raises(TypeError, match=said):
         asyncio.run(from_async())
+
+
+@pytest.mark.parametrize(
+    ("options", "items", "fits"),
+    [(("dump_config",), 3000, True), (("dump_config", "memory_config", "distribute"), 9000, False)],
+)
+def test_get_policy_of_long_lists_sends_it_without_whitespace_or_says_why_not(
+    tmp_path: Path, options: tuple[str, ...], items: int, fits: bool
+) -> None:
+    """Indented, a policy of long lists is about six times its file and passed the message
+    size, so GetPolicy failed on every call for a file the server had taken (with advice to
+    shorten the caller's values). Its content now comes without whitespace when the indented
+    text would not fit; past even that, the refusal says what to do."""
+    from npu_resolver_server import PolicyStore
+
+    policy_file = tmp_path / "policy.toml"
+    listed = ", ".join(["1"] * items)
+    values = "".join(f"{name} = {{steps = [{listed}]}}\n" for name in options)
+    policy_file.write_text(f"[profiles.default.defaults]\n{values}")
+    store = PolicyStore(policy_file)
+    store.load_initial()
+    assert len(store.status().canonical_text) > 32 * 1024  # indented: over the limit below
+    settings = ServerSettings(port=0, policy=policy_file, max_message_bytes=32 * 1024)
+    with ThreadServer(settings, store=store) as server, ResolverClient(server.target) as client:
+        if not fits:
+            with pytest.raises(ResolverCallError) as refused:
+                client.get_policy()
+            assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "the policy in force" in refused.value.details
+            assert "--max-message-bytes" in refused.value.details
+            return
+        info = client.get_policy()
+    assert info.policy_version == store.version
+    assert json.loads(info.canonical_text) == json.loads(store.status().canonical_text)
+    assert "\n" not in info.canonical_text and " " not in info.canonical_text

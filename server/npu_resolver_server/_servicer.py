@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 import time
@@ -140,6 +141,7 @@ class ResolverService:
         self.limits = limits
         self._pid = str(os.getpid())
         self._catalog_cache: dict[str, bytes] = {}
+        self._compact: tuple[str, str] | None = None
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -516,7 +518,34 @@ class ResolverService:
             refused_version=status.refused_version,
             reload_failures=status.reload_failures,
         )
-        return Answer(grpc.StatusCode.OK, payload=response.SerializeToString())
+        payload = response.SerializeToString()
+        limit = self.limits.max_reply_bytes
+        if len(payload) > limit and status.canonical_text:
+            # A policy of long lists, indented, can be six times its file: the same content
+            # without whitespace is about the file's size, which any accepted file fits.
+            response.canonical_text = self._compact_policy(status.version, status.canonical_text)
+            payload = response.SerializeToString()
+        if len(payload) > limit:
+            return Answer(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                message=(
+                    f"the policy in force ({len(payload)} bytes as canonical JSON without "
+                    f"whitespace) exceeds the {limit} byte message limit; read it from its "
+                    "file, or have the server's --max-message-bytes raised"
+                ),
+                ok=False,
+            )
+        return Answer(grpc.StatusCode.OK, payload=payload)
+
+    def _compact_policy(self, version: str, text: str) -> str:
+        """The canonical text without whitespace (keys still sorted), kept for its version."""
+        kept = self._compact
+        if kept is None or kept[0] != version:
+            compact = json.dumps(
+                json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+            )
+            kept = self._compact = (version, compact)
+        return kept[1]
 
     async def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ReloadPolicyRequest, raw)

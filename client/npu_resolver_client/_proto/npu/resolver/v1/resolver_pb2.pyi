@@ -1215,7 +1215,8 @@ class GetPolicyResponse(_message.Message):
     """Content hash of the policy in force; empty when none."""
     canonical_text: _builtins.str
     """The policy's content as canonical JSON (keys sorted, two-space indent), whatever the
-    file's TOML layout; empty when none.
+    file's TOML layout; without whitespace when the indented text would pass the message
+    size (long lists can make it six times the file); empty when none.
     """
     source: _builtins.str
     """The file the policy is read from; empty when the server has none."""
