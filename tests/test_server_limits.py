@@ -679,3 +679,19 @@ def test_a_group_the_walk_cannot_read_gives_up_as_the_decoder_does(raw: bytes) -
     assert struct_items(raw, 100) is None
     with pytest.raises(Exception, match="Error parsing"):
         pb.ResolveRequest.FromString(raw)
+
+
+def test_a_number_of_thousands_of_digits_in_config_json_is_refused_in_the_resolvers_words(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """Valid JSON that Python will not convert (over 4,300 digits): the caller was told its
+    JSON was invalid and to call sys.set_int_max_str_digits(), advice for no gRPC caller."""
+    request = pb.ResolveRequest(
+        product="atlas-a2", config_json='{"hccl_timeout": ' + "9" * 5000 + "}", validate_only=True
+    )
+    code, reply = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    (said,) = pb.ResolveResponse.FromString(reply).diagnostics
+    assert said.code == "INVALID_VALUE" and said.option == "config"
+    assert "more than 4,300 digits; no option takes such a number" in said.message
+    assert "sys." not in said.message and "not valid JSON" not in said.message

@@ -34,6 +34,7 @@ from npu_resolver import (
 )
 from npu_resolver.text import (
     DuplicateKeyError,
+    NumberTooLongError,
     config_refusal,
     config_shape,
     cut_deep,
@@ -302,6 +303,8 @@ def config_from_wire(
         raise LimitError(config_refusal(f"nested deeper than {max_depth} levels")) from None
     except DuplicateKeyError as exc:
         raise LimitError(f"{where}_json: {exc}; write each key once") from None
+    except NumberTooLongError as exc:
+        raise LimitError(f"{where}_json: {exc}") from None
     except ValueError as exc:
         if isinstance(exc, LimitError):
             raise

@@ -11,6 +11,7 @@ import difflib
 import enum
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, TypeVar
@@ -61,6 +62,11 @@ class DuplicateKeyError(ValueError):
     """A JSON object names one key twice."""
 
 
+class NumberTooLongError(ValueError):
+    """A JSON number of more digits than Python converts (4,300 by default): valid JSON, but
+    far past any value an option takes, so it is refused without being read."""
+
+
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json's object_pairs_hook: a key written twice is refused. json keeps the last one
     silently, and nobody can tell which of the two values the writer meant."""
@@ -89,6 +95,13 @@ def loads_json(text: str) -> Any:
     except RecursionError:
         if not _brackets_close(text):  # cut short: not JSON, however deep it went
             raise ValueError("its brackets do not close (the text is cut short)") from None
+        raise
+    except ValueError as exc:
+        if type(exc) is ValueError and "integer string conversion" in str(exc):
+            raise NumberTooLongError(
+                f"a number has more than {sys.get_int_max_str_digits():,} digits; no option "
+                "takes such a number (integers are read within ±2^53)"
+            ) from None
         raise
 
 

@@ -10,13 +10,22 @@ constructor's checks and copies, so anything else must go through ResolveRequest
 
 from __future__ import annotations
 
-from ._model import DuplicateKeyError, cut_text, is_text, loads_json, printable, read_request
+from ._model import (
+    DuplicateKeyError,
+    NumberTooLongError,
+    cut_text,
+    is_text,
+    loads_json,
+    printable,
+    read_request,
+)
 from ._pipeline import detached
 from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
 
 __all__ = [
     "CUT_DEPTH",
     "DuplicateKeyError",
+    "NumberTooLongError",
     "config_refusal",
     "config_shape",
     "cut_deep",
