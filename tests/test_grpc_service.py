@@ -399,6 +399,21 @@ def test_diff_refuses_more_products_than_the_limit_in_process_and_through_a_serv
     assert len(sixteen.products) == 16
 
 
+def test_a_diff_naming_products_past_the_field_limit_is_refused_as_too_many_products(
+    client: ResolverClient,
+) -> None:
+    """Past 65,536 names (repeats of one product, say) the request is refused before it is
+    decoded; it said "send the job's own variables and only the attachments its options
+    name", a resolve's advice. It now says what a diff takes, with the diff's own reason."""
+    with pytest.raises(ResolveError) as refused:
+        client.diff(ResolveRequest(product=""), ["atlas-a2"] * 70_000)
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    (violation,) = refused.value.violations
+    assert (violation.field, violation.reason) == ("products", "TOO_MANY_PRODUCTS")
+    assert "a diff takes at most 16" in refused.value.details
+    assert "attachments" not in refused.value.details
+
+
 def test_diff_refuses_a_product_name_that_is_not_a_str_with_a_type_error() -> None:
     """As ResolveRequest refuses a product that is not a str: a mistake in the caller's code,
     said where it is made (not an exception from deep inside, nor a column named None)."""

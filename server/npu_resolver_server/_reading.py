@@ -8,6 +8,8 @@ from typing import Final, Literal, TypeVar
 
 from google.protobuf import message
 
+from npu_resolver import MAX_DIFF_PRODUCTS
+
 from ._encode import count_fields, length_delimited, struct_items, without_field
 from ._replies import RefusedError
 
@@ -75,6 +77,10 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
         if counts.get(number, 0) > MAX_MAP_ENTRIES:
             return name
     if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
+        most = max(counts, key=counts.__getitem__)
+        field = kind.DESCRIPTOR.fields_by_number.get(most)
+        if field is not None and field.name == "products":  # a Diff naming products again
+            return "products"  # and again: refused in a diff's own words
         return "request"
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
@@ -109,6 +115,13 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
     if large == "config":
         refused = RefusedError(f"the request's {kind.DESCRIPTOR.name} config is too large")
         return _without_config(kind, raw, refused), "wide"
+    if large == "products":
+        raise RefusedError(
+            f"the request names more than {MAX_TOP_LEVEL_FIELDS} products; a diff takes at "
+            f"most {MAX_DIFF_PRODUCTS} (a product named twice is one column)",
+            "products",
+            "TOO_MANY_PRODUCTS",
+        )
     if large is not None:
         what = (
             f"more than {MAX_TOP_LEVEL_FIELDS} fields"
