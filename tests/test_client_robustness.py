@@ -758,6 +758,40 @@ def test_a_request_over_the_message_size_is_refused_before_sending_naming_its_la
     assert "config.op_compiler_cache_dir" in message and "not sent" in message
 
 
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"env": {"ASCEND_WORK_PATH": "/" + "x" * 10_000}}, "env.ASCEND_WORK_PATH"),
+        ({"workdir": "/" + "w" * 10_000}, "workdir"),
+        ({"config": {"debug_dir": "/" + "é" * 3_000}}, "config.debug_dir, about 6,"),
+    ],
+)
+def test_an_oversize_request_names_its_largest_part_wherever_it_is(
+    fields: dict[str, Any], named: str
+) -> None:
+    """Not only the config: the env, the workdir; sizes in bytes as sent (é is two)."""
+    request = ResolveRequest(product="atlas-a2", **{"config": {"hccl_timeout": 600}, **fields})
+    client = ResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30)
+    with client, pytest.raises(ResolverCallError) as refused:
+        client.resolve_request(request)
+    assert f"its largest part is {named}" in str(refused.value)
+
+
+def test_a_diff_naming_products_past_the_message_size_says_so() -> None:
+    client = ResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30)
+    with client, pytest.raises(ResolverCallError) as refused:
+        client.diff(ResolveRequest(product="atlas-a2"), ["atlas-a2"] * 1000)
+    assert "its largest part is products" in str(refused.value)
+
+
+def test_no_message_limit_is_taken_as_grpc_takes_it() -> None:
+    """-1 is gRPC's own "no limit": a client built with it before these checks still is."""
+    options = dict(channel_options(-1))
+    assert options["grpc.max_send_message_length"] == -1
+    assert options["grpc.per_rpc_retry_buffer_size"] > 0
+    ResolverClient(NO_SERVER, max_message_bytes=-1).close()
+
+
 def test_an_oversize_batch_names_its_largest_item() -> None:
     small = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 600})
     large = ResolveRequest(product="atlas-a2", config={"debug_dir": "/d/" + "y" * 5_000})

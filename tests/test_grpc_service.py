@@ -1615,3 +1615,15 @@ def test_get_policy_of_long_lists_sends_it_without_whitespace_or_says_why_not(
     assert info.policy_version == store.version
     assert json.loads(info.canonical_text) == json.loads(store.status().canonical_text)
     assert "\n" not in info.canonical_text and " " not in info.canonical_text
+
+
+def test_a_diff_of_many_fields_is_called_too_many_products_only_when_its_products_are() -> None:
+    """Products the most numerous of 65,536 fields and more, yet fewer than that alone: the
+    request is refused for its size, not said to name more products than it does."""
+    from npu_resolver_server._reading import MAX_TOP_LEVEL_FIELDS, too_large
+
+    many = {f"V{i}": "x" for i in range(8_190)}
+    mixed = pb.DiffRequest(products=["atlas-a2"] * 49_200, env=many, attachments=many)
+    assert too_large(pb.DiffRequest, mixed.SerializeToString(), 10_000) == "request"
+    named = pb.DiffRequest(products=["atlas-a2"] * (MAX_TOP_LEVEL_FIELDS + 1))
+    assert too_large(pb.DiffRequest, named.SerializeToString(), 10_000) == "products"

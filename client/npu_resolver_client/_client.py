@@ -137,14 +137,16 @@ MAX_MESSAGE_BYTES: Final = 2**31 - 1
 
 
 def checked_message_bytes(value: object) -> int:
-    """`max_message_bytes` as gRPC takes it: given anything else, gRPC would ignore it (a
-    string) or refuse every call (a size below any request)."""
+    """`max_message_bytes` as gRPC takes it (-1, gRPC's own "no limit", included): given
+    anything else, gRPC would ignore it (a string) or refuse every call (a size below any
+    request)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"max_message_bytes must be an int (bytes), not {type(value).__name__}")
-    if not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
+    if value != -1 and not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
         raise ValueError(
             f"max_message_bytes must be from {MIN_MESSAGE_BYTES:,} to {MAX_MESSAGE_BYTES:,} "
-            f"bytes (the server's default is {DEFAULT_MAX_MESSAGE_BYTES:,}), got {value:,}"
+            f"bytes, or -1 for no limit (the server's default is "
+            f"{DEFAULT_MAX_MESSAGE_BYTES:,}), got {value:,}"
         )
     return value
 
@@ -173,14 +175,14 @@ def channel_options(
 ) -> list[tuple[str, Any]]:
     """The channel options both clients use: service config, sizes, keepalive; an option in
     `extra` replaces the default of the same name."""
-    checked_message_bytes(max_message_bytes)
+    unlimited = checked_message_bytes(max_message_bytes) == -1
     defaults: list[tuple[str, Any]] = [
         ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
         ("grpc.service_config_disable_resolution", 1),
         ("grpc.enable_retries", 1),
         # gRPC retries a call only while its request fits this buffer (256 KiB by default): a
         # full batch or a config with its files attached would fail on the first UNAVAILABLE.
-        ("grpc.per_rpc_retry_buffer_size", max_message_bytes),
+        ("grpc.per_rpc_retry_buffer_size", MAX_MESSAGE_BYTES if unlimited else max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_metadata_size", DEFAULT_MAX_METADATA_BYTES),
@@ -455,20 +457,32 @@ def _policy_info(response: pb.GetPolicyResponse) -> PolicyInfo:
     )
 
 
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _largest_part(request: message.Message) -> str:
-    """Which part of an oversize request weighs most: a batch's item, a config's option, an
-    attachment (a few hundred milliseconds for a request of many megabytes, on a failure)."""
+    """Which part of an oversize request weighs most, in bytes as sent: a batch's item, a
+    config's option, an attachment, an env variable, the workdir, a diff's product names (a
+    few hundred milliseconds for a request of many megabytes, on a failure)."""
     parts: list[tuple[int, str]] = []
     if isinstance(request, pb.ResolveBatchRequest):
         parts = [(item.ByteSize(), f"requests[{i}]") for i, item in enumerate(request.requests)]
     elif isinstance(request, pb.ResolveRequest | pb.DiffRequest):
-        parts = [(len(text), f"attachments.{name}") for name, text in request.attachments.items()]
+        texts = {f"attachments.{name}": text for name, text in request.attachments.items()}
+        texts.update({f"env.{name}": name + text for name, text in request.env.items()})
+        texts.update(workdir=request.workdir, profile=request.profile)
+        if isinstance(request, pb.DiffRequest):
+            texts["products"] = "".join(request.products)
+        else:
+            texts["product"] = request.product
+        parts = [(_utf8(text), name) for name, text in texts.items()]
         if request.config_json:
             with contextlib.suppress(ValueError, RecursionError):
                 config = json.loads(request.config_json)
                 parts += [
                     (
-                        len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))),
+                        _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":"))),
                         f"config.{name}",
                     )
                     for name, value in (config.items() if isinstance(config, dict) else ())

@@ -62,6 +62,9 @@ def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | 
 
 
 _CONTAINERS: Final = (dict, list)
+_MAX_ENTRY_MEMO: Final = 64
+"""What one policy entry keeps: the catalog's 10 views (5 products, 2 modes) and a few more;
+a caller resolving against many catalogs of its own refills it rather than growing it."""
 
 
 def _policy_fragment(entry: PolicyEntry, name: str, value: JSON) -> str | None:
@@ -90,6 +93,8 @@ def _policy_reading(view: OptionView, entry: PolicyEntry, product: str) -> Parse
         reading: Parsed | Problem = kept[1]
         return reading
     reading = parse(view, value, product=product)
+    if len(entry.memo) >= _MAX_ENTRY_MEMO:  # views of many catalogs, one after another
+        entry.memo.clear()
     entry.memo[id(view)] = (view, reading)
     return reading
 

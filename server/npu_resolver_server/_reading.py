@@ -79,8 +79,8 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
         most = max(counts, key=counts.__getitem__)
         field = kind.DESCRIPTOR.fields_by_number.get(most)
-        if field is not None and field.name == "products":  # a Diff naming products again
-            return "products"  # and again: refused in a diff's own words
+        if field is not None and field.name == "products" and counts[most] > MAX_TOP_LEVEL_FIELDS:
+            return "products"  # a Diff naming products again and again: in a diff's words
         return "request"
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
@@ -117,7 +117,7 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
         return _without_config(kind, raw, refused), "wide"
     if large == "products":
         raise RefusedError(
-            f"the request names more than {MAX_TOP_LEVEL_FIELDS} products; a diff takes at "
+            f"the request names more than {MAX_TOP_LEVEL_FIELDS:,} products; a diff takes at "
             f"most {MAX_DIFF_PRODUCTS} (a product named twice is one column)",
             "products",
             "TOO_MANY_PRODUCTS",

@@ -529,8 +529,8 @@ class ResolverService:
             return Answer(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 message=(
-                    f"the policy in force ({len(payload)} bytes as canonical JSON without "
-                    f"whitespace) exceeds the {limit} byte message limit; read it from its "
+                    f"the policy in force ({len(payload):,} bytes as canonical JSON without "
+                    f"whitespace) exceeds the {limit:,} byte message limit; read it from its "
                     "file, or have the server's --max-message-bytes raised"
                 ),
                 ok=False,
