@@ -62,7 +62,7 @@ def apply_gates(state: State) -> None:
         if gate is not None:
             code, _, rule, message = gate
             if not (mode_unknown and code is Code.DROPPED_UNSUPPORTED_MODE):
-                state.drop(name, code, rule, message)
+                state.drop(name, code, rule, message, gate=True)
         elif view.blocked_values:
             _value_gate(state, name, view, mode_unknown=mode_unknown)
 

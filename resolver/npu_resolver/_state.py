@@ -200,10 +200,13 @@ class State:
         """A value's problem, or a note on how it was read, as a diagnostic on `option`."""
         self.emit(problem.code, option, problem.rule, problem.message, problem.suggestion)
 
-    def drop(self, name: str, code: Code, rule: str, message: str) -> None:
-        """Remove an option; a caller's or the policy's value gets a warning, a default not."""
+    def drop(self, name: str, code: Code, rule: str, message: str, *, gate: bool = False) -> None:
+        """Remove an option; a caller's or the policy's value gets a warning, a default not.
+        `gate`: dropped because the product or mode lacks the option, where a policy value
+        written for every product steps back quietly (it was not written for this one); a
+        rule's drop (superseded, no effect) is said whatever table the value came from."""
         slot = self.slots.pop(name, None)
-        if slot is not None and slot.is_set and not slot.all_products:
+        if slot is not None and slot.is_set and not (gate and slot.all_products):
             if slot.source is Source.ENV:  # the caller never wrote the option itself
                 message = via_env(slot.env_var, f"{slot.env_var} sets {name}", message)
             elif slot.source in (Source.POLICY, Source.POLICY_LOCKED):
