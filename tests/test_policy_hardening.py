@@ -139,7 +139,8 @@ def test_an_oversized_file_is_refused_by_size_without_being_read(tmp_path: Path)
         tracemalloc.stop()
     assert outcome is not None and not outcome.changed and store.version == good
     assert outcome.error == (
-        f"{path}: the file is {64 * 1024 * 1024} bytes, over the limit of {MAX_POLICY_BYTES} bytes"
+        f"{path}: the file is {64 * 1024 * 1024:,} bytes, "
+        f"over the limit of {MAX_POLICY_BYTES:,} bytes"
     )
     assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated to refuse the file"
     assert store.status().refused_version == ""

@@ -769,7 +769,7 @@ def read_policy_bytes(path: str | Path, limit: int = MAX_POLICY_BYTES) -> bytes:
             raise PolicyReadError(source, [_not_regular(path, info.st_mode)])
         if info.st_size > limit:
             raise PolicyReadError(
-                source, [f"the file is {info.st_size} bytes, over the limit of {limit} bytes"]
+                source, [f"the file is {info.st_size:,} bytes, over the limit of {limit:,} bytes"]
             )
         chunks: list[bytes] = []
         size = 0
@@ -780,7 +780,7 @@ def read_policy_bytes(path: str | Path, limit: int = MAX_POLICY_BYTES) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise PolicyReadError(source, [f"the file is over the limit of {limit} bytes"])
+            raise PolicyReadError(source, [f"the file is over the limit of {limit:,} bytes"])
         return b"".join(chunks)
     except OSError as exc:
         raise PolicyReadError(source, [f"cannot read: {exc.strerror or exc}"]) from None
