@@ -1298,6 +1298,9 @@ def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
                     client.describe_catalog()  # about 50 kB: over the 2 kB limit
                 assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
                 assert "2048 byte message limit" in info.value.details
+                # The advice fits the call: a catalog holds no value of the caller's.
+                assert "describe one product a call" in info.value.details
+                assert "shorten the long values" not in info.value.details
     counted = {"method": "Resolve", "code": "UNAUTHENTICATED"}
     assert value("npu_resolver_requests_total", counted) == 1
     catalog = {"method": "DescribeCatalog", "code": "RESOURCE_EXHAUSTED"}

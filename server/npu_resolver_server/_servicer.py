@@ -108,6 +108,14 @@ async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
+_SMALLER_REPLY: Final = {
+    "Resolve": "shorten the long values, or ",
+    "Diff": "diff fewer products or shorten the long values, or ",
+    "DescribeCatalog": "describe one product a call, or ",
+}
+"""What a caller can do for a smaller reply, by method (where it can do anything)."""
+
+
 class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
     """A generic handler that serves any method with one handler (streaming, so that it answers
     without waiting for a message a streaming caller may never send)."""
@@ -195,8 +203,9 @@ class ResolverService:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     message=(
                         f"the reply ({len(answer.payload)} bytes) exceeds the "
-                        f"{self.limits.max_reply_bytes} byte message limit; shorten the long "
-                        "values, or have the server's --max-message-bytes raised"
+                        f"{self.limits.max_reply_bytes} byte message limit; "
+                        f"{_SMALLER_REPLY.get(method, '')}have the server's "
+                        "--max-message-bytes raised"
                     ),
                     ok=False,
                 )
