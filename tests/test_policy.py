@@ -183,6 +183,19 @@ def test_locks_that_clash_are_refused_once_naming_every_profile_that_holds_them(
     assert message.count("on atlas-a2") == 1
 
 
+def test_r_ipl_2_a_clash_with_an_inherited_lock_names_both_tables() -> None:
+    """The other side of a clash may be the default profile's lock: its table is named too,
+    so the platform team sees both places to edit (it named only the profile's own)."""
+    message = refused(
+        "[profiles.default.locked]\nmix_compile_mode = true\n"
+        "[profiles.a.locked]\niterations_per_loop = 10\n"
+    )
+    line = next(line for line in message.splitlines() if "on atlas-a2:" in line)
+    assert line.endswith(
+        "(R-IPL-2) [profiles.a.locked]; mix_compile_mode locked in [profiles.default.locked]"
+    )
+
+
 def test_a_lock_the_locked_mode_refuses_is_refused_at_load() -> None:
     """force_fp16 is for online inference; with graph_run_mode locked to 1 no job can use it,
     and every job under the profile would fail."""

@@ -549,8 +549,12 @@ def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, s
         text = _TABLE_PATH.sub("", d.message)
         detail = layer.locked[d.option].detail.split("[", 1)[-1]
         what = f"{d.message} ({d.rule}) [{detail}"
-        if any(o != d.option and _names(o, text) for o in layer.locked):
-            clashes.append((d.option, what))
+        others = [o for o in layer.locked if o != d.option and _names(o, text)]
+        if others:  # each side's table: the other lock may be the default profile's
+            tables = "; ".join(
+                f"{o} locked in [{layer.locked[o].detail.split('[', 1)[-1]}" for o in others
+            )
+            clashes.append((d.option, f"{what}; {tables}"))
         elif mode_lock is not None and d.code is Code.UNSUPPORTED_VALUE:
             # A value for the other mode: every job fails, as none can change the mode.
             mode = f"graph_run_mode {show(mode_lock.value)}"
