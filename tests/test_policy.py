@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import npu_resolver
 from npu_resolver import PolicyError, ResolveRequest, load_policy, parse_policy, resolve
 from npu_resolver._policy import toml_key
 
@@ -603,3 +604,12 @@ def test_a_policy_written_as_json_or_yaml_is_told_it_is_toml(text: str) -> None:
     assert refused(text).endswith(
         "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"
     )
+
+
+def test_r_pm_3_policy_check_blames_a_refused_lock_for_its_error_only() -> None:
+    """The lock refused in training leaves precision_mode unset, and on atlas-300i-duo the
+    source gives no training default: that UNDOCUMENTED note is about the missing value, not
+    something the lock tells jobs, so the check does not list it under the lock."""
+    policy = parse_policy('[profiles.default.locked]\nprecision_mode = "force_fp16"\n')
+    said = [s.text for s in npu_resolver.diagnostics_from_policy(policy)]
+    assert len(said) == 1 and "ERROR UNSUPPORTED_VALUE (R-PM-3)" in said[0]

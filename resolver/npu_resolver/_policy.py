@@ -598,8 +598,8 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             for config, result in _each_mode(policy, name, pid, layer, catalog):
                 for d in result.diagnostics:
                     entry = entries.get(d.option)
-                    if entry is None or d.option in config:
-                        continue
+                    if entry is None or d.option in config or d.code is Code.UNDOCUMENTED:
+                        continue  # UNDOCUMENTED: no value at all, never one the policy gave
                     key = (entry.detail, d.option, d.severity, f"{d.code} ({d.rule})")
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set(), set()))
                     said.products.add(pid)
