@@ -549,15 +549,17 @@ class _Settings:
         self.private_key = checked_pem("private_key", key, "PRIVATE KEY")
         checked_pair(self.certificate_chain, self.private_key)
         self.metadata = _bearer(token)
-        self.max_message_bytes = checked_message_bytes(max_message_bytes)
-        self.options = channel_options(max_message_bytes, options)
+        self.options = channel_options(max_message_bytes, options)  # checks max_message_bytes
+        send_limit = dict(self.options)["grpc.max_send_message_length"]  # or the caller's own
+        self.send_limit = send_limit if type(send_limit) is int and send_limit >= 0 else None
+        """The size a request may have, as the channel applies it (None: no limit)."""
         self.wait_for_ready = _checked_flag("wait_for_ready", wait_for_ready)
 
     def check_size(self, request: message.Message) -> None:
         """A request over the channel's send limit is refused here, naming its largest part,
         rather than by gRPC's "Sent message larger than max" (the same status code)."""
-        limit = dict(self.options).get("grpc.max_send_message_length")
-        if type(limit) is not int or limit < 0:
+        limit = self.send_limit
+        if limit is None:
             return
         size = request.ByteSize()
         if size > limit:

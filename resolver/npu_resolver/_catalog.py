@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._model import (
     CATALOG_VERSION,
+    CONTAINER_TYPES,
     JSON,
     MAX_EXACT_INT,
     MAX_MEMO_TEXT,
@@ -89,7 +90,7 @@ class OptionView:
 
     def blocked(self, value: JSON) -> ValueGate | None:
         """The gate that refuses this value here, if any (objects and lists are never gated)."""
-        if not self.blocked_values or isinstance(value, _CONTAINERS):
+        if not self.blocked_values or isinstance(value, CONTAINER_TYPES):
             return None
         return self.blocked_values.get(value)
 
@@ -99,7 +100,6 @@ class OptionView:
 
 
 View = Mapping[str, OptionView]
-_CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
 
 
 _PYTYPES: Final[Mapping[OptType, type]] = {

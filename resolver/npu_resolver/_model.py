@@ -204,7 +204,9 @@ def _plain_json(value: JSON, depth: int, budget: list[int]) -> JSON:
 
 TEXT_TYPES: Final = frozenset({str})
 _JSON_TYPES: Final = FLAT_TYPES | {dict, list}
-_CONTAINERS: Final = frozenset({dict, list})
+CONTAINER_TYPES: Final = (dict, list)
+"""The types whose values hold others (a tuple: `dict | list` would build a union at each
+call)."""
 
 
 def _all_plain(config: dict[Any, Any]) -> bool:
@@ -230,9 +232,9 @@ def _all_plain(config: dict[Any, Any]) -> bool:
         types = set(map(type, values))
         if not (FLAT_TYPES.issuperset(map(type, keys)) and _JSON_TYPES.issuperset(types)):
             return False
-        if types.isdisjoint(_CONTAINERS):
+        if types.isdisjoint(CONTAINER_TYPES):
             return True
-        level = [value for value in values if type(value) in _CONTAINERS]
+        level = [value for value in values if type(value) in CONTAINER_TYPES]
     return True
 
 

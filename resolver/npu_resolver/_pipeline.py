@@ -20,6 +20,7 @@ from ._environment import env_problems, read_env, readable, report_unreadable
 from ._fingerprint import digest, fragment
 from ._gates import apply_gates
 from ._model import (
+    CONTAINER_TYPES,
     FLAT_TYPES,
     JSON,
     MAX_MEMO_TEXT,
@@ -321,7 +322,7 @@ def _provenance(slot: Slot) -> Provenance:
         cached, key = None, ()
     if cached is None:
         requested = slot.requested
-        if type(requested) in _CONTAINERS:  # the caller's own object: a copy, as the value
+        if type(requested) in CONTAINER_TYPES:  # the caller's own object: a copy, as the value
             requested = detached(requested)
         cached = Provenance(slot.source, slot.rules, requested, slot.env_var, slot.detail)
         requested = slot.requested
@@ -330,9 +331,6 @@ def _provenance(slot: Slot) -> Provenance:
         if key and short and type(requested) is not float:
             keep(_PROVENANCE, key, cached, _MAX_PROVENANCE)
     return cached
-
-
-_CONTAINERS: Final = frozenset({dict, list})
 
 
 def detached(value: JSON) -> JSON:
@@ -497,7 +495,7 @@ def _result(
     options = {name: slot.value for name, slot in slots.items()}
     for name in catalog.holding_objects if own_values else ():
         value = options.get(name)
-        if type(value) in _CONTAINERS:  # an object the caller or the policy still holds
+        if type(value) in CONTAINER_TYPES:  # an object the caller or the policy still holds
             options[name] = detached(value)
     provenance = {name: slot.prov or _provenance(slot) for name, slot in slots.items()}
     return resolution(

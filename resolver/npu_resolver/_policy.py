@@ -17,6 +17,7 @@ product it reaches: not on one whose own table replaces it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -136,6 +137,7 @@ class Policy:
             for name, profile in sorted(profiles.items())
         }
         self.canonical_text = json.dumps(content, sort_keys=True, indent=2, ensure_ascii=False)
+        self._content = content
         # Answers quote a table by its path as written ("Atlas A2" or atlas-a2): two files of
         # the same content under other names answer differently, so their versions differ too
         # (an answer cached under one must not be served under the other).
@@ -177,6 +179,12 @@ class Policy:
 
     def profile_names(self) -> tuple[str, ...]:
         return self._profile_names
+
+    @functools.cached_property
+    def compact_text(self) -> str:
+        """`canonical_text` without whitespace, keys still sorted: a policy of long lists,
+        indented, is about six times its file, this about the file's size."""
+        return canonical_json(self._content)
 
     def summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -465,11 +473,7 @@ _CANONICAL: Final = object()
 def _canonical(entry: PolicyEntry) -> str:
     """An entry's value as canonical JSON, written once: the default profile's locks are in
     every profile's lock set."""
-    text = entry.memo.get(_CANONICAL)
-    if text is None:
-        text = entry.memo[_CANONICAL] = canonical_json(entry.value)
-    assert isinstance(text, str)
-    return text
+    return entry.kept(_CANONICAL, entry.value, lambda: canonical_json(entry.value))
 
 
 def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:

@@ -14,6 +14,7 @@ from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
 from ._model import (
     CODE_SEVERITY,
+    CONTAINER_TYPES,
     JSON,
     Code,
     Diagnostic,
@@ -61,42 +62,21 @@ def _policy_value(state: State, view: OptionView, entry: PolicyEntry) -> JSON | 
     return parsed.value if isinstance(parsed, Parsed) else None
 
 
-_CONTAINERS: Final = (dict, list)
-_MAX_ENTRY_MEMO: Final = 64
-"""What one policy entry keeps: the catalog's 10 views (5 products, 2 modes) and a few more;
-a caller resolving against many catalogs of its own refills it rather than growing it."""
-
-
 def _policy_fragment(entry: PolicyEntry, name: str, value: JSON) -> str | None:
     """The fingerprint fragment of a policy's object or list, written once and kept on its
     entry (None for a scalar: the slot's own look-up is as cheap)."""
-    if type(value) not in _CONTAINERS:
+    if type(value) not in CONTAINER_TYPES:
         return None
-    kept = entry.memo.get(name)
-    if kept is not None and kept[0] is value:
-        text: str = kept[1]
-        return text
-    text = fragment(name, value)
-    entry.memo[name] = (value, text)
-    return text
+    return entry.kept(name, value, lambda: fragment(name, value))
 
 
 def _policy_reading(view: OptionView, entry: PolicyEntry, product: str) -> Parsed | Problem:
-    """The view's reading of a policy value: an object or list is read once per view and
-    kept on its entry (the view is kept beside it, so that no other view taking its id after
-    it is gone is given its reading), a scalar each time (it costs no more than the look-up)."""
+    """The view's reading of a policy value: an object or list read once per view and kept
+    on its entry, a scalar each time (it costs no more than the look-up)."""
     value = entry.value
-    if type(value) not in _CONTAINERS:
+    if type(value) not in CONTAINER_TYPES:
         return parse(view, value, product=product)
-    kept = entry.memo.get(id(view))
-    if kept is not None and kept[0] is view:
-        reading: Parsed | Problem = kept[1]
-        return reading
-    reading = parse(view, value, product=product)
-    if len(entry.memo) >= _MAX_ENTRY_MEMO:  # views of many catalogs, one after another
-        entry.memo.clear()
-    entry.memo[id(view)] = (view, reading)
-    return reading
+    return entry.kept(id(view), view, lambda: parse(view, value, product=product))
 
 
 def _same(a: JSON, b: JSON) -> bool:

@@ -7,9 +7,9 @@ place.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
 from ._catalog import View
 from ._model import (
@@ -40,6 +40,11 @@ DEFAULT_PROFILE: Final = "default"
 """The profile a request without one gets; its locks hold in every profile."""
 
 
+MAX_ENTRY_MEMO: Final = 64
+"""What one policy entry keeps: the catalog's 10 views (5 products, 2 modes) and a few more."""
+_T = TypeVar("_T")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """One policy value with where it was written (for provenance `detail`)."""
@@ -47,10 +52,25 @@ class PolicyEntry:
     value: JSON
     detail: str
     all_products: bool = False
-    memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[object, tuple[object, Any]] = field(default_factory=dict, compare=False, repr=False)
     """What the resolver worked out from `value` once (its reading per option view, its
-    fingerprint text): a lock of the default profile reaches every job and every profile, and
-    an object of ten thousand items would be walked again for each."""
+    fingerprint text, its canonical JSON), see `kept`."""
+
+    def kept(self, key: object, anchor: object, make: Callable[[], _T]) -> _T:
+        """What `make` gives, worked out once and kept under `key` beside `anchor`, the object
+        it was worked out from (a view, the value): a lock of the default profile reaches every
+        job and every profile, and an object of ten thousand items would be walked again for
+        each. An anchor is compared by identity, so no other object taking a gone one's id is
+        given its result; a full memo (views of many catalogs in turn) is emptied."""
+        found = self.memo.get(key)
+        if found is not None and found[0] is anchor:
+            result: _T = found[1]
+            return result
+        result = make()
+        if len(self.memo) >= MAX_ENTRY_MEMO:
+            self.memo.clear()
+        self.memo[key] = (anchor, result)
+        return result
 
     def __reduce__(self) -> tuple[type[PolicyEntry], tuple[JSON, str, bool]]:
         """Pickled without its memo, which holds the catalog's views (worked out anew)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ._model import (
+    CONTAINER_TYPES,
     FLAT_TYPES,
     JSON,
     MAX_CONFIG_DEPTH,
@@ -213,9 +214,6 @@ def config_refusal(shape: str) -> str:
     return f"config: {shape}; send only NPURunConfig options, with objects of a reasonable size."
 
 
-_CONTAINERS: Final = (dict, list)  # a tuple: `dict | list` would build a union at each call
-
-
 def config_shape(
     config: Mapping[str, JSON],
     *,
@@ -232,7 +230,9 @@ def config_shape(
     if FLAT_TYPES.issuperset(map(type, config.values())):
         return None  # no value holds others: one pass in C
     level = [
-        v for v in config.values() if type(v) not in FLAT_TYPES and issubclass(type(v), _CONTAINERS)
+        v
+        for v in config.values()
+        if type(v) not in FLAT_TYPES and issubclass(type(v), CONTAINER_TYPES)
     ]
     depth = 2
     while level:
@@ -251,7 +251,9 @@ def config_shape(
         if items > max_items:
             return f"more than {max_items} keys and items in all"
         level = [
-            c for c in following if type(c) not in FLAT_TYPES and issubclass(type(c), _CONTAINERS)
+            c
+            for c in following
+            if type(c) not in FLAT_TYPES and issubclass(type(c), CONTAINER_TYPES)
         ]
         depth += 1
     return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import os
 import time
@@ -149,7 +148,6 @@ class ResolverService:
         self.limits = limits
         self._pid = str(os.getpid())
         self._catalog_cache: dict[str, bytes] = {}
-        self._compact: tuple[str, str] | None = None
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -529,10 +527,11 @@ class ResolverService:
         )
         payload = response.SerializeToString()
         limit = self.limits.max_reply_bytes
-        if len(payload) > limit and status.canonical_text:
+        policy = self.store.current
+        if len(payload) > limit and policy is not None and policy.version == status.version:
             # A policy of long lists, indented, can be six times its file: the same content
             # without whitespace is about the file's size, which any accepted file fits.
-            response.canonical_text = self._compact_policy(status.version, status.canonical_text)
+            response.canonical_text = getattr(policy, "compact_text", status.canonical_text)
             payload = response.SerializeToString()
         if len(payload) > limit:
             return Answer(
@@ -545,16 +544,6 @@ class ResolverService:
                 ok=False,
             )
         return Answer(grpc.StatusCode.OK, payload=payload)
-
-    def _compact_policy(self, version: str, text: str) -> str:
-        """The canonical text without whitespace (keys still sorted), kept for its version."""
-        kept = self._compact
-        if kept is None or kept[0] != version:
-            compact = json.dumps(
-                json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":")
-            )
-            kept = self._compact = (version, compact)
-        return kept[1]
 
     async def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ReloadPolicyRequest, raw)
