@@ -98,7 +98,7 @@ RULES: Final[Mapping[str, str]] = {
     "R-EXP-2": "Experimental options may change and are not for commercial products.",
     "R-DEP-1": "enable_data_pre_proc bool, default True (to be removed).",
     "R-DEP-2": "variable_format_optimize bool, no default (to be removed).",
-    "R-DEP-3": "op_debug_level int {0..4}, no default; 2 with oom is a conflict; 1, 2, 4 keep no TBE mapping files on atlas-350; 2 is advised against on a dynamic-shape graph.",
+    "R-DEP-3": "op_debug_level int {0..4}, no default; 2 with oom is a conflict; 1, 2, 4 keep no TBE mapping files on atlas-350 (4 no UB fusion compute description file either); 2 is advised against on a dynamic-shape graph.",
     "R-DEP-4": "op_select_implmode str {high_precision, high_performance}, no default (to be removed).",
     "R-DEP-5": "optypelist_for_implmode: Pooling, SoftmaxV2, LRN, ROIAlign; needs op_select_implmode.",
     "R-DEP-6": "dynamic_input bool, default False (to be removed).",
