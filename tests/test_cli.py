@@ -1275,6 +1275,38 @@ def test_the_env_format_of_a_request_with_errors_says_so_on_stdout() -> None:
     )
 
 
+def test_the_env_format_marks_a_variable_dropped_rounded_or_refused_r_aoe_1_r_hct_3() -> None:
+    """Whoever evals the export lines may not read the report on stderr: AOE_MODE where AOE does
+    not act (R-AOE-1), HCCL_EXEC_TIMEOUT rounded on a training-series card (R-HCT-3) and a
+    value the resolver refuses each say so on their own line."""
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-300i-duo",
+        "--env",
+        "AOE_MODE=2",
+        "--env",
+        "HCCL_EXEC_TIMEOUT=600",
+        "--format",
+        "env",
+    )
+    assert proc.returncode == 0
+    assert proc.stdout == (
+        "export AOE_MODE=2  # no effect here: aoe_mode is dropped "
+        "(DROPPED_UNSUPPORTED_PRODUCT [R-AOE-1])\n"
+        "export HCCL_EXEC_TIMEOUT=600  # takes effect as 544 here [R-HCT-3]\n"
+    )
+    kept = run("resolve", "--product", "atlas-training", "--env", "HCCL_EXEC_TIMEOUT=544",
+               "--env", "AOE_MODE=2", "--format", "env")  # fmt: skip
+    assert kept.stdout == "export AOE_MODE=2\nexport HCCL_EXEC_TIMEOUT=544\n"
+    refused = run("resolve", "--product", "atlas-a2", "--env", "AOE_MODE=1", "--format", "env")
+    assert refused.returncode == 1
+    assert refused.stdout == (
+        "# the request has errors: fix them before using this environment\n"
+        "export AOE_MODE=1  # not valid here: UNSUPPORTED_VALUE [R-AOE-3]\n"
+    )
+
+
 def test_the_env_format_marks_a_variable_the_explicit_option_overrides() -> None:
     """R-HCT-4: the explicit hccl_timeout wins over HCCL_EXEC_TIMEOUT; exporting the variable
     is harmless, but its line says it has no effect here, as the report's ENV_OVERRIDDEN does."""

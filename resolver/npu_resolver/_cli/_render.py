@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._catalog import CATALOG
-from .._model import JSON, Diagnostic, Resolution, Severity, Source
+from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
 from .._options import NAMED_ENV_VARS
 
 _COLOURS: Final = {
@@ -195,20 +195,50 @@ def render_python(result: Resolution) -> str:
     return "\n".join(lines)
 
 
+_WINNERS: Final = {Source.USER: "the explicit", Source.POLICY_LOCKED: "the policy's lock of"}
+_DROPS: Final = frozenset(code for code in Code if code.value.startswith("DROPPED_"))
+
+
+def _env_mark(result: Resolution, variable: str) -> str:
+    """What becomes of a variable: refused (an error names it), or, for one that gives an
+    option, overridden (the option's value came from the explicit option or a lock), dropped
+    with its option (AOE_MODE where AOE does not act) or taking effect as another value
+    (HCCL_EXEC_TIMEOUT rounded); else nothing."""
+    for diagnostic in result.diagnostics:
+        if diagnostic.option == f"env.{variable}" and diagnostic.severity is Severity.ERROR:
+            return f"  # not valid here: {diagnostic.code.value} [{diagnostic.rule}]"
+    option = CATALOG.env_options.get(variable)
+    if option is None:
+        return ""
+    given = result.provenance.get(option.name)
+    if given is not None and given.source in _WINNERS:
+        return f"  # no effect here: {_WINNERS[given.source]} {option.name} wins"
+    for diagnostic in result.diagnostics:
+        if diagnostic.option != option.name:
+            continue
+        if diagnostic.code in _DROPS:
+            code, rule = diagnostic.code.value, diagnostic.rule
+            return f"  # no effect here: {option.name} is dropped ({code} [{rule}])"
+        if (
+            diagnostic.code is Code.ROUNDED
+            and given is not None
+            and given.source is Source.ENV
+            and option.name in result.options
+        ):
+            value = _python_literal(result.options[option.name])
+            return f"  # takes effect as {value} here [{diagnostic.rule}]"
+    return ""
+
+
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
-    """The export lines of the job's environment variables that rules.md names; one that the
-    explicit option or a policy lock overrides says so (its option's value came from them)."""
-    winner = {Source.USER: "the explicit", Source.POLICY_LOCKED: "the policy's lock of"}
+    """The export lines of the job's environment variables that rules.md names; one whose
+    option's value came from elsewhere, was dropped or was rounded says so (the report says it
+    on stderr, which whoever evals this may not read)."""
     lines = []
     for name in NAMED_ENV_VARS:
         if name not in env:
             continue
-        line = f"export {name}={shlex.quote(env[name])}"
-        option = CATALOG.env_options.get(name)
-        given = result.provenance.get(option.name) if option is not None else None
-        if option is not None and given is not None and given.source in winner:
-            line += f"  # no effect here: {winner[given.source]} {option.name} wins"
-        lines.append(line)
+        lines.append(f"export {name}={shlex.quote(env[name])}{_env_mark(result, name)}")
     if not lines:
         lines.append("# no environment variable named by the source is set")
     if not result.ok:  # as the python format says it, for whoever evals this without $?
