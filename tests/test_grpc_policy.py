@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from pathlib import Path
 
 from npu_resolver import PolicyLayer
@@ -195,8 +196,11 @@ async def test_reloads_asked_while_one_runs_share_the_next(tmp_path: Path) -> No
     gate = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    reading = threading.Event()
+
     def slow_loader(path: Path) -> FakePolicy:
         text = path.read_text()
+        reading.set()
         asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(10)
         loads.append(text)
         return FakePolicy(text)
@@ -205,7 +209,7 @@ async def test_reloads_asked_while_one_runs_share_the_next(tmp_path: Path) -> No
     store.load_initial()
     store._loader = slow_loader
     first = asyncio.ensure_future(store.reload_async())
-    await asyncio.sleep(0.05)  # the first load is running, held at the gate
+    assert await asyncio.to_thread(reading.wait, 10)  # the first load has read, held at the gate
     policy.write_text("v2")  # changed after the first load began
     storm = [asyncio.ensure_future(store.reload_async()) for _ in range(40)]
     await asyncio.sleep(0.05)

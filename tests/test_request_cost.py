@@ -41,22 +41,30 @@ def _record_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> 
     return calls
 
 
-def test_a_request_seeks_a_bounded_number_of_new_suggestions_and_reuses_the_rest() -> None:
+def test_a_request_seeks_a_bounded_number_of_suggestions_whatever_was_sought_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """difflib costs up to a millisecond a name and a config may hold 512 keys: a request seeks
-    at most MAX_SOUGHT_SUGGESTIONS close names anew; a name sought before always gets one."""
+    close names for its first MAX_SOUGHT_SUGGESTIONS unknown names only, and says so on the
+    rest. Its answer is its own: the same whether another request sought a name before (a
+    server that has seen it, a CLI in process that has not), the catalog's memo only saving
+    the cost."""
     catalog = Catalog(OPTIONS)  # nothing sought yet
     typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_SOUGHT + 4)]
 
-    def suggestions(names: list[str]) -> list[str]:
+    def diagnostics(names: list[str]) -> list[tuple[str, str]]:
         answer = resolve(ResolveRequest("atlas-a2", dict.fromkeys(names, 1)), catalog=catalog)
         assert [d.code for d in answer.errors] == [Code.UNKNOWN_OPTION] * len(names)
         assert [d.option for d in answer.errors] == sorted(names)
-        return [d.suggestion for d in answer.errors]
+        return [(d.suggestion, d.message) for d in answer.errors]
 
-    assert suggestions(typos) == ["hccl_timeout"] * MAX_SOUGHT + [""] * 4
-    assert suggestions(typos[-1:]) == ["hccl_timeout"]  # within its own request's bound
-    # 33 sought before, free; the other 3 sought now, within this request's bound
-    assert suggestions(typos) == ["hccl_timeout"] * (MAX_SOUGHT + 4)
+    first = diagnostics(typos)
+    assert [s for s, _ in first] == ["hccl_timeout"] * MAX_SOUGHT + [""] * 4
+    assert all(f"first {MAX_SOUGHT} unknown names" in m for _, m in first[MAX_SOUGHT:])
+    assert [s for s, _ in diagnostics(typos[-1:])] == ["hccl_timeout"]  # within its own bound
+    compared = _record_calls(monkeypatch, catalog, "suggest")
+    assert diagnostics(typos) == first  # the last name, sought since, still gets none here
+    assert len(compared) == MAX_SOUGHT  # answered from the memo, within the bound
 
 
 def test_a_diffs_columns_share_one_budget_and_suggest_alike(

@@ -277,10 +277,6 @@ class Catalog:
             view = self._views[(pid, mode)] = {o.name: _view(o, pid, mode) for o in self.options}
         return view
 
-    def suggested(self, name: str) -> str | None:
-        """The closest option name to `name` if it was sought before, else None (at no cost)."""
-        return self._suggested.get(name)
-
     def suggest(self, name: str) -> str:
         """The closest option name, for UNKNOWN_OPTION. The same misspellings recur from job
         to job, and difflib takes up to a millisecond on each: their answers are kept."""

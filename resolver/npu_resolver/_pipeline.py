@@ -175,18 +175,20 @@ def _read_config(
 
 
 MAX_SOUGHT_SUGGESTIONS: Final = 32
-"""Unknown option names of one request for which a close name is sought anew: each costs
-difflib up to a millisecond, and a config may hold 512 keys. A name sought before (by any
-request) gets its suggestion whatever the count."""
+"""Unknown option names of one request (the first, in name order) for which a close name is
+sought: each costs difflib up to a millisecond, and a config may hold 512 keys. The catalog
+keeps the answers, but a name past the bound gets none even if another request sought it: an
+answer depends on its request alone (in process and through a server alike)."""
 
 
 @dataclass(slots=True)
 class _Suggestions:
-    """The close names one call gave: how many it sought anew, and what it said for each
-    unknown name (so that a diff's columns say the same, whatever the catalog's memo keeps)."""
+    """The close names one call gave: how many unknown names it sought one for, and what it
+    said for each (so that a diff's columns say the same, whatever the catalog's memo keeps)."""
 
     spent: int = 0
     given: dict[str, str] = field(default_factory=dict)
+    past_bound: set[str] = field(default_factory=set)
 
 
 _SOUGHT: ContextVar[_Suggestions | None] = ContextVar("_SOUGHT", default=None)
@@ -204,22 +206,26 @@ def shared_suggestions() -> Iterator[None]:
 
 
 def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions) -> None:
-    """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave and sought anew."""
+    """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many."""
     shown = printable(key[:100])
     suggestion = sought.given.get(shown)
-    if suggestion is None:
-        suggestion = catalog.suggested(shown)
     if suggestion is None:
         suggestion = ""
         if sought.spent < MAX_SOUGHT_SUGGESTIONS:
             sought.spent += 1
             suggestion = catalog.suggest(shown)
-    sought.given[shown] = suggestion
-    hint = (
-        f"; did you mean {suggestion!r}?"
-        if suggestion
-        else "; `npu-resolve explain` lists the options."
-    )
+        else:
+            sought.past_bound.add(shown)
+        sought.given[shown] = suggestion
+    if suggestion:
+        hint = f"; did you mean {suggestion!r}?"
+    elif shown in sought.past_bound:
+        hint = (
+            f"; close names are sought for the first {MAX_SOUGHT_SUGGESTIONS} unknown names "
+            "of a request only, and `npu-resolve explain` lists the options."
+        )
+    else:
+        hint = "; `npu-resolve explain` lists the options."
     state.emit(
         Code.UNKNOWN_OPTION,
         shown,
