@@ -173,8 +173,9 @@ class ProcessServer:
         return f"{what}; server {state} (code {code}), {calls} call lines; other lines:\n{tail}"
 
     def start(self, ready_events: int = 1) -> ProcessServer:
+        host = [] if "--host" in self.args else ["--host", "127.0.0.1"]
         self.proc = subprocess.Popen(
-            [*self.launcher, sys.executable, "-m", "npu_resolver_server", *self.args],
+            [*self.launcher, sys.executable, "-m", "npu_resolver_server", *host, *self.args],
             cwd=ROOT,
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -187,6 +188,19 @@ class ProcessServer:
         self._reader.start()
         self.wait_for("serving", ready_events)
         return self
+
+    def start_refused(self) -> int:
+        """Start a server that must refuse to start, and return its exit status. One that
+        serves after all, or is still starting, is stopped before the test fails."""
+        try:
+            self.start()
+        except AssertionError:
+            try:
+                return self.wait()
+            finally:
+                self.stop()
+        self.stop()
+        raise AssertionError("the server started, where it had to refuse to")
 
     def signal_group(self, signum: int = signal.SIGTERM) -> None:
         """The signal to every process of the server's own group (its supervisor and workers)."""

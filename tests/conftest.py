@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,12 @@ import pytest
 
 from npu_resolver import Resolution, Source
 from tests._server import grpc_server, grpc_target  # noqa: F401 - shared session fixtures
+
+# The server's settings read NPU_RESOLVER_* from the environment: the shell the tests run in
+# (NPU_RESOLVER_HOST=0.0.0.0, say) must not move the servers they start off 127.0.0.1 or
+# change their limits. A test that wants a variable sets it itself.
+for _name in [name for name in os.environ if name.upper().startswith("NPU_RESOLVER_")]:
+    del os.environ[_name]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -936,11 +936,16 @@ def test_a_misspelt_setting_variable_is_named_at_start() -> None:
         text=True,
         env=env,
     )
-    assert proc.stderr is not None
-    first = json.loads(proc.stderr.readline())
-    lowercase = json.loads(proc.stderr.readline())  # the names in order: upper case first
-    proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=30)
+    try:
+        assert proc.stderr is not None
+        first = json.loads(proc.stderr.readline())
+        lowercase = json.loads(proc.stderr.readline())  # the names in order: upper case first
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # the test failed with the server up: stop it by its PID
+            proc.kill()
+            proc.wait(10)
     assert "unknown_setting_variable" not in (rest or "")  # NPU_RESOLVER_Call_Log is read
     assert first["event"] == "unknown_setting_variable"
     assert lowercase["variable"] == "npu_resolver_worker"
