@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_resolver import CATALOG, PRODUCTS, CatalogError, product_id
+from npu_resolver import CATALOG, PRODUCTS, CatalogError, Code, ResolveRequest, product_id, resolve
 from npu_resolver._catalog import Catalog, check_catalog
 from npu_resolver._options import OPTIONS
 from npu_resolver._rules import RULES
@@ -161,6 +161,26 @@ def test_describe_takes_product_aliases_and_names_the_known_ones_for_an_unknown_
             describe("atlas-a4")
         with pytest.raises(TypeError, match="not bytes"):
             describe(b"atlas-a2")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("series", ["Atlas 推理系列产品", "atlas inference series"])
+def test_the_inference_series_name_points_at_its_one_documented_card_without_being_taken(
+    series: str,
+) -> None:
+    """rules.md's product table: atlas-300i-duo is "one of the Atlas 推理系列产品". A job
+    naming the series is refused (other cards of the series are not documented), pointed at
+    the 300I Duo, not at the A3 whose alias is closest in spelling."""
+    answer = resolve(ResolveRequest(series))
+    (error,) = answer.errors
+    assert (error.code, error.option, error.suggestion) == (
+        Code.UNKNOWN_PRODUCT,
+        "product",
+        "atlas-300i-duo",
+    )
+    assert "names a series, of which the source documents only the Atlas 300I Duo" in (
+        error.message
+    )
+    assert not answer.options
 
 
 def test_every_public_name_is_listed_and_importable() -> None:

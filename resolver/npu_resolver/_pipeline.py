@@ -52,6 +52,7 @@ _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in names(p)}
+_SERIES_WORDS: Final = {alias_key(s): p for p in PRODUCTS for s in p.series}
 
 
 def unresolved(
@@ -90,13 +91,21 @@ def config_refused(
 
 def unknown_product(text: str) -> Diagnostic:
     text = plain_text(text)
+    message = f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}."
+    series = _SERIES_WORDS.get(alias_key(text))
+    if series is not None:  # closer in spelling to a card of another series
+        message += (
+            f" {show(text)} names a series, of which the source documents only the "
+            f"{series.source_name} ({series.id}): name that card if it is yours."
+        )
+        return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, series.id)
     close = closest(alias_key(text), _ALIAS_WORDS) if len(text) <= MAX_SUGGESTED_TEXT else ""
     return Diagnostic(
         Severity.ERROR,
         Code.UNKNOWN_PRODUCT,
         "product",
         "",
-        f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}.",
+        message,
         _ALIAS_WORDS[close] if close else "",
     )
 

@@ -26,6 +26,9 @@ class Product:
     source_name: str
     family: Family
     aliases: tuple[str, ...]
+    series: tuple[str, ...] = ()
+    """Names of a series of which the source documents this card alone: an unknown product
+    spelt so is pointed at it, but never taken for it (the series holds other cards)."""
 
 
 PRODUCTS: Final[tuple[Product, ...]] = (
@@ -99,6 +102,7 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Atlas 300I Duo inference card",
             "Ascend310P3",
         ),
+        series=("Atlas 推理系列产品", "Atlas inference series"),
     ),
 )
 
