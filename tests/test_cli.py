@@ -607,7 +607,12 @@ def test_closed_or_failing_standard_streams_are_one_line_errors() -> None:
     proc = _run_shell("<&-", "resolve", "--product", "atlas-a2", "--config", "-")
     assert proc.returncode == 2
     assert b"standard input: it is closed" in proc.stderr and b"Traceback" not in proc.stderr
-    closed: list[tuple[str, ...]] = [("products",), ("resolve", "--product", "atlas-a2")]
+    closed: list[tuple[str, ...]] = [
+        ("products",),
+        ("resolve", "--product", "atlas-a2"),
+        ("--version",),
+        ("resolve", "--help"),
+    ]
     for args in closed:
         proc = _run_shell(">&-", *args)
         assert proc.returncode == 2, args
@@ -615,7 +620,13 @@ def test_closed_or_failing_standard_streams_are_one_line_errors() -> None:
             b"npu-resolve: cannot write the answer: standard output is closed"
         ]
     if Path("/dev/full").exists():
-        for args in (("resolve", "--product", "atlas-a2", "--format", "json"), ("products",)):
+        full: list[tuple[str, ...]] = [
+            ("resolve", "--product", "atlas-a2", "--format", "json"),
+            ("products",),
+            ("--version",),  # a traceback, exit status 1
+            ("--help",),  # exit status 0, the text lost
+        ]
+        for args in full:
             proc = _run_shell("> /dev/full", *args)
             assert proc.returncode == 2, args
             assert proc.stderr.strip().splitlines() == [

@@ -73,6 +73,14 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         raise UsageError(message)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """--help on standard output as every answer is written: one it cannot take (a full
+        disk) is exit status 2 saying so, not a lost help text and exit status 0."""
+        if message and (file is None or file is sys.stdout):
+            _print(message.removesuffix("\n"))
+        else:
+            super()._print_message(message, file)
+
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: None = None
     ) -> argparse.Namespace:
@@ -345,7 +353,7 @@ class _Version(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        print(_version_text())  # on standard output, as argparse's own version action does
+        _print(_version_text())  # on standard output, as argparse's own version action does
         parser.exit()
 
 
