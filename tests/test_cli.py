@@ -1230,6 +1230,14 @@ def test_version_names_the_program_and_the_catalog() -> None:
     assert proc.returncode == 0 and proc.stderr == ""
     program = version("npu-config-resolver")
     assert proc.stdout == f"npu-resolve {program} (catalog {CATALOG_VERSION})\n"
+    # `python -m npu_resolver` is the same command, for a venv whose scripts are not on PATH
+    package = subprocess.run(
+        [sys.executable, "-m", "npu_resolver", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (package.returncode, package.stdout) == (0, proc.stdout)
 
 
 def test_a_named_pipe_nothing_is_written_to_is_said_while_it_is_waited_on(
