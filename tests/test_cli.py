@@ -424,6 +424,21 @@ def test_diff_with_an_unknown_product_is_the_same_report_through_a_server(
     assert "atlas-9000: ERROR UNKNOWN_PRODUCT product:" in local.stdout  # no empty rule brackets
 
 
+def test_a_request_too_large_to_send_says_it_was_not_sent_not_that_the_server_refused_it(
+    grpc_target: str, tmp_path: Path
+) -> None:
+    """Five attached files of 900 KB: over the client's 4 MiB, refused before the call."""
+    names = ["op_debug_config", "aoe_config_file", "modify_mixlist", "op_precision_mode"]
+    attach = []
+    for name in [*names, "fusion_switch_file"]:
+        (tmp_path / name).write_text("x" * 900_000)
+        attach += ["--attach", f"{name}={tmp_path / name}"]
+    proc = run("resolve", "--product", "atlas-a2", *attach, "--server", grpc_target)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("npu-resolve: the request was not sent: RESOURCE_EXHAUSTED")
+    assert "largest part is attachments." in proc.stderr and "server refused" not in proc.stderr
+
+
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(
     grpc_target: str, tmp_path: Path
 ) -> None:

@@ -1217,7 +1217,7 @@ def test_batch_reply_limit_counts_the_fields_after_the_items() -> None:
         assert "send smaller batches" in info.value.details
 
 
-def test_client_errors_survive_pickling(client: ResolverClient) -> None:
+def test_client_errors_survive_pickling(client: ResolverClient, grpc_target: str) -> None:  # noqa: F811
     """Job tooling runs the client in process pools: an error raised in a worker must reach the
     caller whole, report included, not break the pool."""
     with pytest.raises(ResolveError) as info:
@@ -1236,10 +1236,18 @@ def test_client_errors_survive_pickling(client: ResolverClient) -> None:
         ResolverCallError(grpc.StatusCode.INTERNAL, "boom"),
     ):
         back = pickle.loads(pickle.dumps(other))
-        assert type(back) is type(other) and (back.code, back.details) == (
+        assert type(back) is type(other) and (back.code, back.details, back.sent) == (
             other.code,
             other.details,
+            True,
         )
+    with (
+        ResolverClient(grpc_target, max_message_bytes=1024) as small,
+        pytest.raises(ResolverCallError) as unsent,
+    ):
+        small.resolve("atlas-a2", {"debug_dir": "/" + "d" * 2000})
+    assert unsent.value.sent is False  # refused by this client, before any call
+    assert pickle.loads(pickle.dumps(unsent.value)).sent is False
 
 
 def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811

@@ -64,6 +64,7 @@ from ._errors import (
     decode_status,
     failure_error,
     from_rpc_error,
+    not_sent,
 )
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
@@ -377,8 +378,8 @@ def _not_sent(exc: NotSendableError, index: int | None = None) -> ResolverCallEr
     JSON cannot hold) is refused before any call, as a server would refuse what it cannot
     read (INVALID_ARGUMENT), with the field named; in a batch, with the item's index too."""
     if index is None:
-        return ResolverCallError(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
-    return ResolverCallError(
+        return not_sent(grpc.StatusCode.INVALID_ARGUMENT, f"{exc}; not sent")
+    return not_sent(
         grpc.StatusCode.INVALID_ARGUMENT,
         f"requests[{index}]: {exc}; the batch was not sent (fix or leave out that item)",
     )
@@ -563,7 +564,7 @@ class _Settings:
             return
         size = request.ByteSize()
         if size > limit:
-            raise ResolverCallError(
+            raise not_sent(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the request is {size:,} bytes, more than this client's message size of "
                 f"{limit:,} (max_message_bytes){_largest_part(request)}; not sent: shorten "

@@ -44,6 +44,10 @@ class FieldViolation:
 class ResolverClientError(Exception):
     """A call to the resolver service failed."""
 
+    sent: bool = True
+    """False when this client refused the request before sending it (over the message size,
+    text the wire cannot carry): no server saw it."""
+
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
         self.code = code
@@ -52,7 +56,14 @@ class ResolverClientError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Picklable with its own arguments: an error raised in a process pool's worker reaches
         # the caller whole (the default pickling would call __init__ with the message alone).
-        return (type(self), (self.code, self.details))
+        return (type(self), (self.code, self.details), {"sent": self.sent})
+
+
+def not_sent(code: grpc.StatusCode, details: str) -> ResolverCallError:
+    """The error of a request this client refused to send."""
+    error = ResolverCallError(code, details)
+    error.sent = False
+    return error
 
 
 class ResolveError(ResolverClientError):

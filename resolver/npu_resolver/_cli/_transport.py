@@ -114,6 +114,8 @@ class Remote:
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
+            if not exc.sent:  # the client's own refusal: no server saw the request
+                raise RefusedError(f"the request was not sent: {exc}", 2) from exc
             raise RefusedError(f"the server refused the call: {exc}", 2) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
