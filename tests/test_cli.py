@@ -1014,6 +1014,10 @@ def test_explain_names_the_known_products_and_the_closest_for_an_unknown_one() -
     assert proc.returncode == 2
     assert "product 'atlas-a4' is not recognized; use one of atlas-350, atlas-a3" in proc.stderr
     assert "Did you mean 'atlas-a3'?" in proc.stderr
+    for option in (("hccl_timeout",), ()):  # an empty --product is not "every product"
+        empty = run("explain", *option, "--product", " ")
+        assert (empty.returncode, empty.stdout) == (2, "")
+        assert "--product is empty: name a product, or leave it out" in empty.stderr
 
 
 def test_the_table_says_the_type_asked_when_only_the_type_differs(tmp_path: Path) -> None:

@@ -315,6 +315,14 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
                     fix="write each character whole (a lone surrogate such as \\ud800 is half "
                     "of one)",
                 )
+            if kind is OptType.PATH and "\x00" in raw:  # C would read the path up to it
+                return _invalid(
+                    option,
+                    raw,
+                    "a path without a NUL character",
+                    fix="remove the NUL (\\x00): no file's path holds one, and the runtime "
+                    "would read the path only up to it",
+                )
             return raw, False
         if kind is OptType.STR and isinstance(raw, bool) and str(raw).lower() in option.choices:
             return str(raw).lower(), True

@@ -204,6 +204,8 @@ def _cmd_products(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from ._explain import render_explain, render_option_list
 
+    if args.product is not None and not args.product.strip():  # as resolve's UNKNOWN_PRODUCT
+        raise UsageError("--product is empty: name a product, or leave it out for every product")
     if args.option is None:  # the list to find a name in
         try:
             _print(render_option_list(args.product, as_json=args.format == "json"))
