@@ -848,7 +848,7 @@ def test_set_reads_bool_texts_as_the_core_does(text: str, value: bool) -> None:
     assert report["diagnostics"] == []
 
 
-def test_set_refuses_a_bool_text_the_core_refuses_as_in_a_config(tmp_path: Path) -> None:
+def test_set_refuses_a_bool_text_the_core_refuses_as_in_a_config_r_exw_1(tmp_path: Path) -> None:
     """`--set` parses per the option's type and no further: what a config may not say, the
     command line may not either (R-EXW-1's bool, INVALID_VALUE)."""
     by_set = resolve_json("--product", "atlas-a2", "--set", "external_weight=tRuE")
@@ -1350,7 +1350,7 @@ def test_the_env_format_marks_a_variable_dropped_rounded_or_refused_r_aoe_1_r_hc
     )
 
 
-def test_the_env_format_marks_a_variable_the_explicit_option_overrides() -> None:
+def test_the_env_format_marks_a_variable_the_explicit_option_overrides_r_hct_4() -> None:
     """R-HCT-4: the explicit hccl_timeout wins over HCCL_EXEC_TIMEOUT; exporting the variable
     is harmless, but its line says it has no effect here, as the report's ENV_OVERRIDDEN does."""
     proc = run(

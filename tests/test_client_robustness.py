@@ -281,8 +281,10 @@ def _close_under_calls(target: str) -> list[BaseException]:
     reached them."""
     client = ResolverClient(target)
     leaked: list[BaseException] = []
+    looping = threading.Semaphore(0)
 
     def call() -> None:
+        first = True
         while True:
             try:
                 client.list_products()
@@ -291,14 +293,19 @@ def _close_under_calls(target: str) -> list[BaseException]:
             except BaseException as exc:
                 leaked.append(exc)
                 return
+            if first:  # this thread is calling in a loop now
+                looping.release()
+                first = False
 
     threads = [threading.Thread(target=call) for _ in range(8)]
     for thread in threads:
         thread.start()
-    time.sleep(0.05)
+    for _ in threads:  # every thread has answered calls, and is in (or about to make) another
+        assert looping.acquire(timeout=30)
     client.close()
     for thread in threads:
         thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)  # each saw the close
     return leaked
 
 

@@ -788,9 +788,8 @@ def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
         release = threading.Event()
 
         def held() -> Iterator[reflection_pb2.ServerReflectionRequest]:
-            release.wait(30)  # a call kept open, and in flight, through the drain
-            return
-            yield
+            yield reflection_pb2.ServerReflectionRequest(list_services="")
+            release.wait(30)  # then kept open, and in flight, through the drain
 
         channels = [grpc.insecure_channel(server.target) for _ in range(8)]
         calls = [
@@ -801,11 +800,17 @@ def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
             )(held(), timeout=20)
             for channel in channels
         ]
-        time.sleep(0.5)  # the calls have reached the workers
+        for call in calls:
+            assert next(call).list_services_response.service  # answered: in flight at a worker
+        killed = time.monotonic()
         for pid in workers:  # each worker alone, as an operator recycling it would
             os.kill(pid, signal.SIGTERM)
         exited = server.wait_for("worker_exited", 2, timeout=30)
+        drained = time.monotonic() - killed
         release.set()
+        # A worker held a call through its drain, past the 3 s of silence the supervisor
+        # allows (else this test proves nothing), and still was not taken for a hung one.
+        assert drained > 3
         for call in calls:
             call.cancel()
         for channel in channels:

@@ -166,7 +166,7 @@ def test_a_clash_in_every_mode_is_said_once_per_product_r_vpl_2() -> None:
     assert message.count("on atlas-a2") == 1 and "on atlas-a2:" in message
 
 
-def test_locks_that_clash_are_refused_once_naming_every_profile_that_holds_them() -> None:
+def test_locks_that_clash_are_refused_once_naming_every_profile_r_prec_1_r_vpl_2() -> None:
     """R-PREC-1: a profile's own lock meets the default profile's inherited one. R-VPL-2:
     profiles that hold the same locks (inherited here) are checked once and named together."""
     message = refused(

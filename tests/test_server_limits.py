@@ -590,7 +590,7 @@ def test_a_struct_config_wide_below_its_top_level_is_the_in_process_report_unrea
     assert "more than 10000 keys and items in all" in answer.diagnostics[0].message
 
 
-def test_a_large_struct_config_within_the_bound_is_read(grpc_target: str) -> None:  # noqa: F811
+def test_a_large_struct_config_within_the_bound_is_read_r_mem_1(grpc_target: str) -> None:  # noqa: F811
     """R-MEM-1: memory_config passes through, here whole."""
     config = {"memory_config": {f"k{i:05d}": "v" * 40 for i in range(MAX_CONFIG_ITEMS - 1)}}
     request = pb.ResolveRequest(product="atlas-a2", validate_only=True)
