@@ -1268,14 +1268,22 @@ def test_a_named_pipe_nothing_is_written_to_is_said_while_it_is_waited_on(
     from npu_resolver._cli import _inputs
 
     monkeypatch.setattr(_inputs, "WRITER_NOTICE_S", 0.1)
+    noticed = threading.Event()
+
+    def say(*args: Any, **kwargs: Any) -> None:
+        print(*args, **kwargs)
+        noticed.set()
+
+    monkeypatch.setattr(_inputs, "print", say, raising=False)  # the module's print
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
 
     def write() -> None:
+        noticed.wait(30)  # a writer slower than the notice, however the threads are run
         with open(fifo, "w", encoding="utf-8") as pipe:
             pipe.write('{"hccl_timeout": 900}')
 
-    writer = threading.Timer(0.6, write)
+    writer = threading.Thread(target=write)
     writer.start()
     try:
         assert _inputs.read_config(str(fifo)) == {"hccl_timeout": 900}
