@@ -40,7 +40,7 @@ from ._model import (
 )
 from ._paths import effective_paths
 from ._precedence import apply_precedence, effective_mode
-from ._products import PRODUCT_IDS, PRODUCTS, alias_key, names, product_id
+from ._products import BY_ID, PRODUCT_IDS, PRODUCTS, SERIES, alias_key, names, product_id
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyLayer, PolicyLike, Slot, State
 from ._values import Problem, config_refusal, config_shape, key_text, parse, show
@@ -52,7 +52,7 @@ _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
 _ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in names(p)}
-_SERIES_WORDS: Final = {alias_key(s): p for p in PRODUCTS for s in p.series}
+_SERIES_WORDS: Final = {alias_key(name): BY_ID[pid] for name, pid in SERIES.items()}
 
 
 def unresolved(

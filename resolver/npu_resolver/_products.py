@@ -26,9 +26,6 @@ class Product:
     source_name: str
     family: Family
     aliases: tuple[str, ...]
-    series: tuple[str, ...] = ()
-    """Names of a series of which the source documents this card alone: an unknown product
-    spelt so is pointed at it, but never taken for it (the series holds other cards)."""
 
 
 PRODUCTS: Final[tuple[Product, ...]] = (
@@ -102,9 +99,15 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Atlas 300I Duo inference card",
             "Ascend310P3",
         ),
-        series=("Atlas 推理系列产品", "Atlas inference series"),
     ),
 )
+
+SERIES: Final[Mapping[str, str]] = {
+    "Atlas 推理系列产品": "atlas-300i-duo",
+    "Atlas inference series": "atlas-300i-duo",
+}
+"""Names of a series of which the source documents one card alone: an unknown product spelt
+so is pointed at that card, but never taken for it (the series holds other cards)."""
 
 PRODUCT_IDS: Final[tuple[str, ...]] = tuple(p.id for p in PRODUCTS)
 BY_ID: Final[Mapping[str, Product]] = {p.id: p for p in PRODUCTS}
