@@ -525,8 +525,16 @@ def test_dockerignore_keeps_the_context_small() -> None:
     }
     for required in (".git", ".venv", "tests", "benchmarks", "node_modules", ".tools"):
         assert required in patterns, f".dockerignore must exclude {required}"
-    for needed in ("pyproject.toml", "README.md", "resolver", "server", "client"):
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    named = [pyproject["project"]["readme"], *pyproject["project"]["license-files"]]
+    for needed in ("pyproject.toml", *named, "resolver", "server", "client"):
         assert needed not in patterns, f".dockerignore must keep {needed}"
+    # The package build reads the files pyproject.toml names: the image's build stage copies
+    # them (a license file it lacked would fail `pip wheel` there).
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    copies = [line.split() for line in dockerfile.splitlines() if line.startswith("COPY ")]
+    (copied,) = [words[1:-1] for words in copies if "pyproject.toml" in words]
+    assert set(named) <= set(copied), copied
 
 
 def test_the_image_builds_with_pinned_versions_that_satisfy_the_project() -> None:
