@@ -3,19 +3,31 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 HOST ?= 127.0.0.1
 PORT ?= 50051
 
 .PHONY: run test lint typecheck unit proto proto-check buf-lint deploy-check bench soak clean
 BUF = $(PYTHON) scripts/buf.py
 
+# The project with its development tools (lint, type check, tests, benchmarks).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# The project alone, for `make run`: a first start does not wait for the development tools
+# (nothing to install when they are already there).
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ ! $(STAMP) -nt pyproject.toml ]; then \
+		$(BIN)/python -m pip install --quiet --upgrade pip && \
+		$(BIN)/python -m pip install --quiet -e . ; \
+	fi
+	@touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	@echo "npu-config-resolver: serving gRPC on $(HOST):$(PORT) (built-in defaults; Ctrl-C to stop)"
 	@exec $(BIN)/npu-resolve serve --host $(HOST) --port $(PORT)
 
