@@ -697,6 +697,26 @@ def test_property_path_check_never_raises(path: str) -> None:
     assert issue is None or 0 <= issue.column <= len(path)
 
 
+def test_r_cdt_2_an_error_is_shown_before_the_warnings_that_would_crowd_it_out() -> None:
+    """25 lines of a dtype the resolver does not know (a warning each, two a line), then one
+    line that breaks the format: the error is among the shown findings, with its line, not
+    counted in "more problems not shown"."""
+    lines = [f"Op{i}::InputDtype:fp16,OutputDtype:fp16" for i in range(25)]
+    lines.append("OpType::Relu:InputDtype:float16,OutputDtype:float16,")
+    answer = resolve(
+        ResolveRequest(
+            product="atlas-a2",
+            config={"customize_dtypes": "/x.cfg", "precision_mode_v2": "fp16"},
+            attachments={"customize_dtypes": "\n".join(lines)},
+        )
+    )
+    first = answer.diagnostics[0]
+    assert (first.code.value, first.option) == ("INVALID_VALUE", "customize_dtypes")
+    assert first.message.startswith("customize_dtypes file: line 26, column 53: empty dtype")
+    assert [d.code.value for d in answer.diagnostics[1:3]] == ["ADVICE", "ADVICE"]
+    assert answer.diagnostics[-1].message.endswith("31 more problems not shown.")
+
+
 def test_r_fsf_2_more_problems_than_shown_says_how_many_and_that_reading_stopped() -> None:
     text = '{"Switch":{"GraphFusion":{' + ",".join(f'"P{i}":"maybe"' for i in range(300)) + "}}}"
     request = ResolveRequest(

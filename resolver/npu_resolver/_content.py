@@ -302,7 +302,12 @@ def _parse(state: State, option: str, text: str) -> Any | None:
         state.refuse(option, Code.INVALID_VALUE, rule, f"{option} attachment refused: {reason}")
         return None
     errors = [i for i in parsed.issues if not i.normalized]
-    findings = [i for i in parsed.issues if not i.summary]
+    # Errors first, then warnings, then notes, each in file order: of a file with many
+    # accepted oddities, the shown part must not hide what refuses it.
+    findings = sorted(
+        (i for i in parsed.issues if not i.summary),
+        key=lambda i: 0 if i.is_error else 1 if i.advice else 2,
+    )
     closing = [i for i in parsed.issues if i.summary]
     for issue in findings[:MAX_ISSUES_SHOWN]:
         state.emit(
