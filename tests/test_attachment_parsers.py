@@ -697,6 +697,77 @@ def test_property_path_check_never_raises(path: str) -> None:
     assert issue is None or 0 <= issue.column <= len(path)
 
 
+@pytest.mark.parametrize(
+    ("option", "config", "text", "expected"),
+    [
+        (  # R-MML-1: the source's ops are list items; a comma inside one names no op
+            "modify_mixlist",
+            {"precision_mode_v2": "mixed_float16"},
+            '{"black-list": {"to-add": ["MatMul,Cast", "Bias"]}}',
+            "op name 'MatMul,Cast' is 2 names run together (by ','), and names no op; "
+            "give each op its own list item",
+        ),
+        (  # R-AOE-7
+            "aoe_config_file",
+            {"aoe_mode": "2"},
+            '{"tune_ops_type": ["Add，Mul"]}',
+            "op name 'Add，Mul' is 2 names run together (by '，')",
+        ),
+        (  # R-OPM-3
+            "op_precision_mode",
+            {},
+            "[ByOpType]\nMatMul；Add=high_precision\n",
+            "line 2, column 1: name 'MatMul；Add' is 2 names run together (by '；')",
+        ),
+        (  # R-CDT-2: one op a line
+            "customize_dtypes",
+            {"precision_mode_v2": "fp16"},
+            "Relu1，Relu2::InputDtype:float16,OutputDtype:float16",
+            "op name 'Relu1，Relu2' is 2 names run together (by '，'), and names no op; give "
+            "each op its own line",
+        ),
+        (  # R-FSF-2
+            "fusion_switch_file",
+            {},
+            '{"Switch": {"GraphFusion": {"SoftmaxFusionPass ALL": "on"}}}',
+            "pass name 'SoftmaxFusionPass ALL' is 2 names run together (by ' '), and names no pass",
+        ),
+        (  # R-ODC-1: ops separated by English commas, an op type written OpType::typeName
+            "op_debug_config",
+            {},
+            "op_debug_config=oom\nop_debug_list=GatherV2;ReduceSum\n",
+            "op name 'GatherV2;ReduceSum' is 2 names run together (by ';'), and names no op; "
+            "separate ops with ','",
+        ),
+        (
+            "op_debug_config",
+            {},
+            "op_debug_config=oom\nop_debug_list=GatherV2,OpType:ReduceSum\n",
+            "op name 'OpType:ReduceSum' has one ':' after 'OpType'; an op type is written "
+            "'OpType::ReduceSum'",
+        ),
+    ],
+)
+def test_a_name_that_is_names_run_together_is_refused_not_kept_matching_nothing(
+    option: str, config: dict[str, Any], text: str, expected: str
+) -> None:
+    """No op type, TensorFlow node name or pass name holds a list separator or a space: kept,
+    such a name would match nothing and the entry would do nothing, silently."""
+    answer = resolve(
+        ResolveRequest("atlas-a2", {option: "/job/f", **config}, attachments={option: text})
+    )
+    errors = [d for d in answer.errors if d.option == option]
+    assert errors and expected in errors[0].message, errors
+    assert option not in answer.options
+
+
+def test_r_odc_1_spaces_around_the_op_type_prefix_are_read_as_the_prefix() -> None:
+    """'OpType ::ReduceSum' is the op type ReduceSum, as customize_dtypes reads its prefix, not
+    an unknown prefix 'OpType ' said to be 'OpType'."""
+    parsed = parse_op_debug_config("op_debug_config=oom\nop_debug_list=OpType ::ReduceSum\n")
+    assert not parsed.issues and parsed.op_debug_list == ("OpType::ReduceSum",)
+
+
 def test_r_cdt_2_an_error_is_shown_before_the_warnings_that_would_crowd_it_out() -> None:
     """25 lines of a dtype the resolver does not know (a warning each, two a line), then one
     line that breaks the format: the error is among the shown findings, with its line, not

@@ -68,6 +68,28 @@ def full_width_hint(marks: str) -> str:
     return f" (the line holds full-width {' '.join(map(repr, marks))}; write {ascii_marks})"
 
 
+_LIST_MARKS: Final = re.compile(r"[,，;；、\s]+")
+"""What separates the names of a list, in any of the ways a hand may write one."""
+
+
+def run_together(name: str, *, what: str = "op", commas_separate: bool = False) -> str | None:
+    """Why an op, node or pass name names nothing: it holds a list separator or a space (no
+    op type, TensorFlow node name or pass name does), so it is two names run together or one
+    with a stray mark, and would match no op, silently. None for a plain name. With
+    `commas_separate` (a comma-separated list) an ASCII comma is the list's own, not looked for."""
+    text = name.strip()
+    marks = _LIST_MARKS.findall(text)
+    if commas_separate:
+        marks = [mark for mark in marks if mark.strip() != ","]
+    if not marks:
+        return None
+    parts = [part for part in _LIST_MARKS.split(text) if part]
+    shown = ", ".join(repr(mark.strip() or " ") for mark in dict.fromkeys(marks))
+    if len(parts) > 1:
+        return f"is {len(parts)} names run together (by {shown}), and names no {what}"
+    return f"holds {shown}, which no {what}'s name holds"
+
+
 def where(line: int, column: int) -> str:
     """The 'line 3, column 7: ' prefix of a message; empty parts are left out."""
     if line and column:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from ._common import Issues, line_and_column, show
+from ._common import Issues, line_and_column, run_together, show
 from ._json_layout import Layout, Path, skip_space
 
 _STRING_OR_COMMENT: Final = re.compile(r'"(?:[^"\\\n]++|\\.)*+"?|//[^\n]*+')
@@ -117,6 +117,24 @@ class JsonDoc:
     def strings(self, path: Path, value: object, *, rule: str | None = None) -> tuple[str, ...]:
         """The non-empty strings of a list of strings; everything else is an issue."""
         return tuple(item for _, item in self._indexed_strings(path, value, rule))
+
+    def names(
+        self, path: Path, value: object, *, what: str = "op", rule: str | None = None
+    ) -> tuple[str, ...]:
+        """strings(), for a list of names (ops, passes): a name that is several run together,
+        or holds a stray mark, is an issue, since it would match nothing, silently."""
+        kept: list[str] = []
+        for index, item in self._indexed_strings(path, value, rule):
+            reason = run_together(item, what=what)
+            if reason is None:
+                kept.append(item)
+            else:
+                self.error(
+                    (*path, index),
+                    f"{what} name {show(item)} {reason}; give each {what} its own list item",
+                    rule=rule,
+                )
+        return tuple(kept)
 
     def words(
         self,

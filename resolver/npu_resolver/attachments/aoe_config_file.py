@@ -41,10 +41,11 @@ def _parse(text: str, issues: Issues) -> AoeConfig:
         return AoeConfig(issues=issues.freeze())
     top = doc.value
     doc.check_keys((), top, KEYS)
-    names = doc.strings((KEYS[0],), top[KEYS[0]]) if KEYS[0] in top else ()
-    types = doc.strings((KEYS[1],), top[KEYS[1]]) if KEYS[1] in top else ()
+    names = doc.names((KEYS[0],), top[KEYS[0]]) if KEYS[0] in top else ()
+    types = doc.names((KEYS[1],), top[KEYS[1]]) if KEYS[1] in top else ()
     given = [top[key] for key in KEYS[:2] if key in top]
-    if not names and not types and all(isinstance(value, list) for value in given):
+    # Lists that are there and empty (a name that was refused has said so already).
+    if not names and not types and all(isinstance(value, list) and not value for value in given):
         doc.error(
             (),
             "neither 'tune_ops_name' nor 'tune_ops_type' names an op; give at least one of them",

@@ -21,6 +21,7 @@ from ._common import (
     note_name_over_type,
     remember,
     run_parser,
+    run_together,
     show,
     split_items,
 )
@@ -140,6 +141,11 @@ def _line(body: str, line: int, column: int, issues: Issues) -> tuple[bool, str,
         op = op.strip()
     if not op:
         issues.error(line, column, f"no op {'type' if is_type else 'name'} before the dtypes")
+        return None
+    joined = run_together(op)
+    if joined is not None:
+        what = "op type" if is_type else "op name"
+        issues.error(line, column, f"{what} {show(op)} {joined}; give each op its own line")
         return None
     spec = _spec(rest, line, rest_column, issues)
     return None if spec is None else (is_type, op, spec)

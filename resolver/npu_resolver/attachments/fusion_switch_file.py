@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .._grammars import path_char_ok
-from ._common import Issues, ParseIssue, frozen_map, run_parser, show
+from ._common import Issues, ParseIssue, frozen_map, run_parser, run_together, show
 from ._json import JsonDoc, describe, kind, load_object
 from ._json_layout import Path
 
@@ -61,6 +61,8 @@ def _states(doc: JsonDoc, path: Path, value: object) -> Mapping[str, str]:
         at = (*path, name)
         if not name.strip():
             doc.error(at, f"{describe(path)} has an empty pass name")
+        elif (joined := run_together(name, what="pass")) is not None:
+            doc.error(at, f"pass name {show(name)} {joined}; give each pass its own key")
         elif name != ALL and name.casefold() == ALL.casefold():
             doc.error(
                 at, f"{show(name)} must be written {ALL!r} to switch passes at once", suggestion=ALL

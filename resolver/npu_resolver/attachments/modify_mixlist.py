@@ -52,7 +52,7 @@ def _parse(text: str, issues: Issues) -> MixList:
         actions = doc.mapping((name,), doc.value[name])
         doc.check_keys((name,), actions, ACTIONS)
         lists[name] = frozen_map(
-            {act: doc.strings((name, act), actions[act]) for act in ACTIONS if act in actions}
+            {act: doc.names((name, act), actions[act]) for act in ACTIONS if act in actions}
         )
     _contradictions(doc, lists)
     return MixList(frozen_map(lists), issues.freeze())

@@ -14,9 +14,9 @@ from ._common import (
     ParseIssue,
     closest,
     content_lines,
-    full_width,
     remember,
     run_parser,
+    run_together,
     show,
     split_items,
     split_pair,
@@ -102,26 +102,37 @@ def _options(value: str, line: int, column: int, issues: Issues) -> frozenset[st
     return frozenset(found)
 
 
+def _single_colon(item: str) -> str | None:
+    """'OpType:ReduceSum' (one colon) as it is meant, 'OpType::ReduceSum'; else None. No op's
+    name holds a ':' (TensorFlow's names do not), so kept as a name it would match nothing."""
+    prefix, colon, op_type = item.partition(":")
+    if colon and prefix.strip().casefold() == OP_TYPE_PREFIX.casefold() and op_type.strip():
+        return f"{OP_TYPE_PREFIX}::{op_type.strip()}"
+    return None
+
+
 def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, ...]:
     ops: list[str] = []
     if not value:
         issues.error(line, column, "'op_debug_list' names no op")
-    marked = bool(full_width(value))  # searched once for the line, then only if it has any
     for item, at in split_items(value, column) if value else ():
         prefix, found, op_type = item.partition("::")
+        joined = run_together(op_type if found else item, commas_separate=True) if item else None
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
-        elif marked and full_width(item):  # no op is named so (the hint says which mark)
-            halves = [half.strip() for half in item.split("，")]
-            what = (
-                "is names run together"
-                if len(halves) > 1 and all(halves)
-                else "holds full-width punctuation"
+        elif joined is not None:  # no op is named so (a full-width mark: the hint says which)
+            issues.error(line, at, f"op name {show(item)} {joined}; separate ops with ','")
+        elif not found and (single := _single_colon(item)) is not None:
+            issues.error(
+                line,
+                at,
+                f"op name {show(item)} has one ':' after {OP_TYPE_PREFIX!r}; an op type is "
+                f"written {single!r}",
+                suggestion=single,
             )
-            issues.error(line, at, f"op name {show(item)} {what}")
         elif not found:
             ops.append(item)
-        elif prefix.casefold() != OP_TYPE_PREFIX.casefold():
+        elif prefix.strip().casefold() != OP_TYPE_PREFIX.casefold():
             suggestion = closest(prefix, (OP_TYPE_PREFIX,))
             hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
             issues.error(

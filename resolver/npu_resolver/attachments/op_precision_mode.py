@@ -17,6 +17,8 @@ from ._common import (
     note_name_over_type,
     remember,
     run_parser,
+    run_together,
+    show,
     split_pair,
 )
 
@@ -116,6 +118,8 @@ def _entry(
     key, mode, mode_column = pair
     if not key:
         issues.error(line, column, "no name before '='")
+    elif (joined := run_together(key)) is not None:
+        issues.error(line, column, f"name {show(key)} {joined}; give each its own line")
     elif not mode:
         issues.error(line, mode_column, f"no mode after '{key}='")
     elif mode not in MODES:
