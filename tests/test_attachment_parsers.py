@@ -560,6 +560,15 @@ def test_byte_order_mark_is_noted_and_columns_stay_true() -> None:
     result = parse_op_precision_mode("\ufeff[ByOpType]\nA=x\n")
     assert notes(result)[0].line == 1
     assert only_error(result).column == 3
+    # On the first line too: an editor counts no column for the mark.
+    for parse, text in (
+        (parse_op_debug_config, "op_debug_config=bad"),
+        (parse_op_precision_mode, "[ByOpTyp]"),
+        (parse_modify_mixlist, '{"black-list": {"to-add": [1]}}'),
+    ):
+        plain = [(i.line, i.column, i.message) for i in errors(parse(text))]
+        marked = [(i.line, i.column, i.message) for i in errors(parse("\ufeff" + text))]
+        assert plain and marked == plain, (marked, plain)
 
 
 def test_non_text_input_is_an_issue() -> None:

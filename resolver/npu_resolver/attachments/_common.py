@@ -279,7 +279,8 @@ def run_parser(
 ) -> R:
     """Run a parser body so that no input, however broken, makes it raise.
 
-    A leading byte-order mark is blanked (columns stay true) and noted. Past MAX_ISSUES errors
+    A leading byte-order mark is dropped (an editor counts no column for it) and noted. Past
+    MAX_ISSUES errors
     the result is empty, as it would be refused anyway; any other exception, which would be a
     bug, still comes back as an error issue on an empty result.
     """
@@ -290,7 +291,7 @@ def run_parser(
             return empty(issues=issues.freeze())
         if text.startswith("\ufeff"):
             issues.note(1, 1, "the byte-order mark at the start of the file was ignored")
-            text = " " + text[1:]
+            text = text[1:]
         issues.text = text
         return body(text, issues)
     except _IssueLimitError:
