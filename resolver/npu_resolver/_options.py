@@ -419,6 +419,15 @@ OPTIONS: Final[tuple[Option, ...]] = (
 )
 # fmt: on
 
+MENTIONED_ONLY: Final[Mapping[str, str]] = {
+    "dynamic_dims": (
+        'the source names it under dynamic_inputs_shape_range ("dynamic_dims wins" when both '
+        "are set) but has no entry for it in version 900"
+    ),
+}
+"""Option names the source mentions without documenting them: still UNKNOWN_OPTION (nothing is
+known to check them against), said so rather than "not an option" with a near name."""
+
 # Environment variables the source names but that set no option (paths, cache sizes, a flag),
 # each with the rule a diagnostic about the variable itself cites: one that reads it
 # (ASCEND_WORK_PATH is read by five; the dump folder's rule stands for them).

@@ -38,6 +38,7 @@ from ._model import (
     printable,
     resolution,
 )
+from ._options import MENTIONED_ONLY
 from ._paths import effective_paths
 from ._precedence import apply_precedence, effective_mode
 from ._products import BY_ID, PRODUCT_IDS, PRODUCTS, SERIES, alias_key, names, product_id
@@ -217,6 +218,16 @@ def shared_suggestions() -> Iterator[None]:
 def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions) -> None:
     """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many."""
     shown = printable(key[:100])
+    mentioned = MENTIONED_ONLY.get(key)
+    if mentioned is not None:
+        state.emit(
+            Code.UNKNOWN_OPTION,
+            shown,
+            "",
+            f"option {shown!r} is not in the catalog: {mentioned}, so the resolver cannot check "
+            "it; remove it, or check it against the runtime's own documentation.",
+        )
+        return
     suggestion = sought.given.get(shown)
     if suggestion is None:
         suggestion = ""
