@@ -770,6 +770,28 @@ def test_a_name_that_is_names_run_together_is_refused_not_kept_matching_nothing(
     assert option not in answer.options
 
 
+@pytest.mark.parametrize(
+    ("option", "config", "text", "said"),
+    [
+        ("modify_mixlist", {"precision_mode_v2": "mixed_float16"}, "{}", "moves no op"),
+        ("modify_mixlist", {"precision_mode_v2": "mixed_float16"}, '{"white-list": {}}', "moves"),
+        ("op_precision_mode", {}, "# modes to come\n[ByOpType]\n", "gives no op a mode"),
+        ("customize_dtypes", {"precision_mode_v2": "fp16"}, "", "names no op"),
+    ],
+)
+def test_a_file_that_changes_nothing_is_accepted_and_said_to(
+    option: str, config: dict[str, Any], text: str, said: str
+) -> None:
+    """R-MML-1, R-OPM-3, R-CDT-2: a file that names no op is valid, and does nothing: a note
+    says so (the other formats refuse an empty file: it lacks what they require)."""
+    answer = resolve(
+        ResolveRequest("atlas-a2", {option: "/job/f", **config}, attachments={option: text})
+    )
+    assert answer.ok and answer.options[option] == "/job/f"
+    (note,) = [d for d in answer.diagnostics if d.option == option]
+    assert (note.code.value, said in note.message) == ("NORMALIZED", True), note
+
+
 def test_r_odc_1_spaces_around_the_op_type_prefix_are_read_as_the_prefix() -> None:
     """'OpType ::ReduceSum' is the op type ReduceSum, as customize_dtypes reads its prefix, not
     an unknown prefix 'OpType ' said to be 'OpType'."""

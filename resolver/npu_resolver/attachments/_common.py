@@ -257,6 +257,11 @@ class Issues:
             text = f"unknown {kind} {show(word)}{within}{hint}; expected one of {listed}"
             self.error(line, column, text, suggestion=suggestion, rule=rule)
 
+    @property
+    def none(self) -> bool:
+        """Nothing was said of the file so far."""
+        return not self._items
+
     def freeze(self) -> tuple[ParseIssue, ...]:
         """The issues kept, plus one closing issue when some were left out."""
         if self._stopped:

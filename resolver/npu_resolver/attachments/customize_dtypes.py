@@ -109,6 +109,8 @@ def _parse(text: str, issues: Issues) -> CustomDtypes:
                 issues, by_type if is_type else by_name, op, spec, at=(line, column), what=what
             )
     note_name_over_type(issues, by_name, by_type)
+    if not by_name and not by_type and issues.none:
+        issues.note(0, 0, "the file names no op: it changes nothing")
     return CustomDtypes(
         frozen_map({op: spec for op, (spec, _) in by_name.items()}),
         frozen_map({op: spec for op, (spec, _) in by_type.items()}),

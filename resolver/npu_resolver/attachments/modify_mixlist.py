@@ -55,6 +55,8 @@ def _parse(text: str, issues: Issues) -> MixList:
             {act: doc.names((name, act), actions[act]) for act in ACTIONS if act in actions}
         )
     _contradictions(doc, lists)
+    if not any(ops for actions in lists.values() for ops in actions.values()) and issues.none:
+        doc.note((), "the file moves no op onto or off a list: it changes nothing")
     return MixList(frozen_map(lists), issues.freeze())
 
 

@@ -80,6 +80,8 @@ def _parse(text: str, issues: Issues) -> OpPrecisionModes:
         elif section != _BAD_SECTION:
             _entry(pair, line, column, tables[section], issues)
     note_name_over_type(issues, tables[BY_NODE_NAME], tables[BY_OP_TYPE])
+    if not any(tables.values()) and issues.none:
+        issues.note(0, 0, "the file gives no op a mode: it changes nothing")
     by_type, by_node = ({key: mode for key, (mode, _) in tables[n].items()} for n in SECTIONS)
     lines: dict[str, list[int]] = {}
     for table in tables.values():
