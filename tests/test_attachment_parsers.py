@@ -748,11 +748,29 @@ def test_property_path_check_never_raises(path: str) -> None:
             "op name 'GatherV2;ReduceSum' is 2 names run together (by ';'), and names no op; "
             "separate ops with ','",
         ),
+        (  # a space an input method leaves at the end (U+3000) is kept by JSON: no op's
+            "modify_mixlist",
+            {"precision_mode_v2": "mixed_float16"},
+            '{"black-list": {"to-add": ["Cast\u3000"]}}',
+            "op name 'Cast\\u3000' begins or ends with a space, which no op's name does; remove it",
+        ),
+        (
+            "op_debug_config",
+            {},
+            "op_debug_config=oom\nop_debug_list=OpType\uff1a\uff1aReduceSum\n",
+            "write 'OpType::ReduceSum'",
+        ),
+        (
+            "op_debug_config",
+            {},
+            "op_debug_config=oom\nop_debug_list=Add;OpType::ReduceSum\n",
+            "op name 'Add;OpType::ReduceSum' is 2 names run together (by ';')",
+        ),
         (
             "op_debug_config",
             {},
             "op_debug_config=oom\nop_debug_list=GatherV2,OpType:ReduceSum\n",
-            "op name 'OpType:ReduceSum' has one ':' after 'OpType'; an op type is written "
+            "op name 'OpType:ReduceSum' is an op type written otherwise than 'OpType::'; write "
             "'OpType::ReduceSum'",
         ),
     ],
@@ -790,6 +808,23 @@ def test_a_file_that_changes_nothing_is_accepted_and_said_to(
     assert answer.ok and answer.options[option] == "/job/f"
     (note,) = [d for d in answer.diagnostics if d.option == option]
     assert (note.code.value, said in note.message) == ("NORMALIZED", True), note
+
+
+def test_r_mml_1_a_name_of_thousands_run_together_is_said_in_a_short_message() -> None:
+    """The marks a name holds are named, a few of them: a 700 KB list item of ';' runs and
+    full-width marks gives a message of one line, not of the item's size."""
+    item = ";".join("a" * (i % 7 + 1) for i in range(100_000)) + "；、，"
+    text = json.dumps({"black-list": {"to-add": [item]}}, ensure_ascii=False)
+    answer = resolve(
+        ResolveRequest(
+            "atlas-a2",
+            {"modify_mixlist": "/m.json", "precision_mode_v2": "mixed_float16"},
+            attachments={"modify_mixlist": text},
+        )
+    )
+    (error,) = [d for d in answer.errors if d.option == "modify_mixlist"]
+    assert "names run together (by ';', '；、，')" in error.message
+    assert len(error.message) < 1_000
 
 
 def test_r_odc_1_spaces_around_the_op_type_prefix_are_read_as_the_prefix() -> None:

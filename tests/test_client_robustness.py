@@ -199,6 +199,7 @@ def test_an_async_client_refuses_a_second_loop_while_its_first_is_open(
             asyncio.run(client.list_products())
         assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
         assert isinstance(info.value, ResolverClientError)
+        assert info.value.sent is False  # refused here, before any call
         first.run_until_complete(client.close())
     finally:
         first.close()

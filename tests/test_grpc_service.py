@@ -1257,12 +1257,14 @@ def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811
     with pytest.raises(ResolverCallError, match="closed") as info:
         client.resolve("atlas-a2")
     assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.sent is False  # no server saw it: safe to send again, elsewhere
 
     async def closed_async() -> None:
         async_client = AsyncResolverClient(grpc_target)
         await async_client.close()
-        with pytest.raises(ResolverCallError, match="closed"):
+        with pytest.raises(ResolverCallError, match="closed") as refused:
             await async_client.resolve("atlas-a2")
+        assert refused.value.sent is False
 
     asyncio.run(closed_async())
 

@@ -291,9 +291,7 @@ def _build_request(
 
 
 def _closed_error() -> ResolverCallError:
-    return ResolverCallError(
-        grpc.StatusCode.FAILED_PRECONDITION, "the client is closed; create a new one"
-    )
+    return not_sent(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed; create a new one")
 
 
 def _closed_during_call() -> ResolverCallError:
@@ -823,7 +821,7 @@ class AsyncResolverClient:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._channel is None or self._stub is None:
             if self._loop is not None and not self._loop.is_closed():
-                raise ResolverCallError(
+                raise not_sent(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     "this AsyncResolverClient belongs to the event loop of its first call, "
                     "which is still open; an async client serves one event loop: create "

@@ -9,7 +9,7 @@ from typing import Final
 from ._catalog import Catalog
 from ._gates import option_gate
 from ._model import JSON, MAX_MEMO_TEXT, Code, ResolveRequest, is_text, keep, plain_text
-from ._options import ENV_VAR_RULES
+from ._options import ENV_VAR_RULES, PATH_ENV_VARS
 from ._state import PolicyLayer, State, via_env
 from ._values import Problem, parse, show
 
@@ -20,35 +20,53 @@ _MAX_ENV_TEXTS: Final = 32
 _NOT_UTF8: Final = (
     "not valid UTF-8 text (bytes that are not UTF-8, or a lone surrogate such as \\ud800)"
 )
+_HOLDS_NUL: Final = "a path holding a NUL character (the runtime would read it only up to the NUL)"
 
 
-def readable(request: ResolveRequest) -> tuple[Mapping[str, str], str, tuple[str, ...]]:
+def _fault(text: str, is_path: bool) -> str | None:
+    """Why a variable's text or the workdir can be read as nothing, if it cannot."""
+    if not is_text(text):
+        return _NOT_UTF8
+    if is_path and "\x00" in text:
+        return _HOLDS_NUL
+    return None
+
+
+def readable(
+    request: ResolveRequest,
+) -> tuple[Mapping[str, str], str, tuple[tuple[str, str], ...]]:
     """The request's env and workdir without text that is not Unicode (a lone surrogate, as
-    os.environ gives for bytes that are not UTF-8), and the names of what was left out: the
-    named variables, then "workdir". Such text can name no path in an answer, nor be sent to a
-    server; in process it is an error (see `report_unreadable`) and counts as unset."""
+    os.environ gives for bytes that are not UTF-8) or a folder holding a NUL, and what was left
+    out, with why: the named variables, then "workdir". Such text can name no path in an
+    answer (nor be sent to a server, if not Unicode); it is an error (see `report_unreadable`)
+    and counts as unset."""
     env, workdir = request.env, request.workdir
     left_out = tuple(
-        var
+        (var, fault)
         for var in ENV_VAR_RULES
-        if (text := env.get(var)) is not None and not is_text(plain_text(text))
+        if (text := env.get(var)) is not None
+        and (fault := _fault(plain_text(text), var in PATH_ENV_VARS)) is not None
     )
     if left_out:
-        env = {var: text for var, text in env.items() if var not in left_out}
-    if not is_text(workdir):
-        workdir, left_out = "", (*left_out, "workdir")
+        names = {var for var, _ in left_out}
+        env = {var: text for var, text in env.items() if var not in names}
+    fault = _fault(workdir, True)
+    if fault is not None:
+        workdir, left_out = "", (*left_out, ("workdir", fault))
     return env, workdir, left_out
 
 
-def report_unreadable(state: State, request: ResolveRequest, left_out: tuple[str, ...]) -> None:
+def report_unreadable(
+    state: State, request: ResolveRequest, left_out: tuple[tuple[str, str], ...]
+) -> None:
     """INVALID_VALUE on `env.NAME` or `workdir` for each name `readable` left out."""
-    for name in left_out:
+    for name, fault in left_out:
         if name == "workdir":
-            message = f"workdir {show(request.workdir)} is {_NOT_UTF8}; the paths keep <workdir>."
+            message = f"workdir {show(request.workdir)} is {fault}; the paths keep <workdir>."
             state.emit(Code.INVALID_VALUE, name, "", message)
             continue
         message = (
-            f"environment variable {name} is {show(request.env[name])}, which is {_NOT_UTF8}; "
+            f"environment variable {name} is {show(request.env[name])}, which is {fault}; "
             "it is read as unset: fix or unset it."
         )
         state.emit(Code.INVALID_VALUE, f"env.{name}", ENV_VAR_RULES[name], message)

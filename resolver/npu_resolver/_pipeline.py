@@ -152,7 +152,7 @@ def _read_config(
     else:  # keys that are not text (in process only): unknown options, ordered by their text
         # alone and never looked up, so that no key's own __eq__, __lt__ or __hash__ runs
         for shown in sorted(key_text(name) for name in config if type(name) is not str):
-            _unknown_option(state, catalog, shown, _Suggestions(MAX_SOUGHT_SUGGESTIONS))
+            _unknown_option(state, catalog, shown, None)
         names = sorted(name for name in config if type(name) is str)
     sought = _SOUGHT.get() or _Suggestions()
     for name in names:
@@ -215,8 +215,9 @@ def shared_suggestions() -> Iterator[None]:
         _SOUGHT.reset(token)
 
 
-def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions) -> None:
-    """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many."""
+def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions | None) -> None:
+    """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many (None
+    for a key that is not text, whose shown text no option name is near)."""
     shown = printable(key[:100])
     mentioned = MENTIONED_ONLY.get(key)
     if mentioned is not None:
@@ -226,6 +227,15 @@ def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestio
             "",
             f"option {shown!r} is not in the catalog: {mentioned}, so the resolver cannot check "
             "it; remove it, or check it against the runtime's own documentation.",
+        )
+        return
+    if sought is None:
+        state.emit(
+            Code.UNKNOWN_OPTION,
+            shown,
+            "",
+            f"option {shown!r} is not an NPURunConfig option (an option is named by a str); "
+            "`npu-resolve explain` lists the options.",
         )
         return
     suggestion = sought.given.get(shown)

@@ -70,24 +70,32 @@ def full_width_hint(marks: str) -> str:
 
 _LIST_MARKS: Final = re.compile(r"[,，;；、\s]+")
 """What separates the names of a list, in any of the ways a hand may write one."""
+_MARKS_SHOWN: Final = 3
 
 
 def run_together(name: str, *, what: str = "op", commas_separate: bool = False) -> str | None:
-    """Why an op, node or pass name names nothing: it holds a list separator or a space (no
-    op type, TensorFlow node name or pass name does), so it is two names run together or one
-    with a stray mark, and would match no op, silently. None for a plain name. With
-    `commas_separate` (a comma-separated list) an ASCII comma is the list's own, not looked for."""
-    text = name.strip()
-    marks = _LIST_MARKS.findall(text)
+    """Why an op, node or pass name names nothing: it holds a list separator, a space or a
+    full-width mark (no op type, TensorFlow node name or pass name does), so it is two names run
+    together or one with a stray mark, and would match no op, silently. None for a plain name.
+    With `commas_separate` (a comma-separated list) an ASCII comma is the list's own."""
+    if name != name.strip():
+        return f"begins or ends with a space, which no {what}'s name does"
+    found = [mark.strip() or " " for mark in _LIST_MARKS.findall(name)]
     if commas_separate:
-        marks = [mark for mark in marks if mark.strip() != ","]
-    if not marks:
-        return None
-    parts = [part for part in _LIST_MARKS.split(text) if part]
-    shown = ", ".join(repr(mark.strip() or " ") for mark in dict.fromkeys(marks))
-    if len(parts) > 1:
-        return f"is {len(parts)} names run together (by {shown}), and names no {what}"
-    return f"holds {shown}, which no {what}'s name holds"
+        found = [mark for mark in found if mark != ","]
+    marks = list(dict.fromkeys(found))
+    if marks:
+        shown = ", ".join(map(repr, marks[:_MARKS_SHOWN])) + (
+            ", ..." if len(marks) > _MARKS_SHOWN else ""
+        )
+        parts = sum(1 for part in _LIST_MARKS.split(name) if part)
+        if parts > 1:
+            return f"is {parts:,} names run together (by {shown}), and names no {what}"
+        return f"holds {shown}, which no {what}'s name holds"
+    stray = full_width(name)
+    if stray:
+        return f"holds full-width {', '.join(map(repr, stray))}, which no {what}'s name holds"
+    return None
 
 
 def where(line: int, column: int) -> str:

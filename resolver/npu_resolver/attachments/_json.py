@@ -129,11 +129,8 @@ class JsonDoc:
             if reason is None:
                 kept.append(item)
             else:
-                self.error(
-                    (*path, index),
-                    f"{what} name {show(item)} {reason}; give each {what} its own list item",
-                    rule=rule,
-                )
+                fix = "remove it" if item != item.strip() else f"give each {what} its own list item"
+                self.error((*path, index), f"{what} name {show(item)} {reason}; {fix}", rule=rule)
         return tuple(kept)
 
     def words(

@@ -103,11 +103,13 @@ def _options(value: str, line: int, column: int, issues: Issues) -> frozenset[st
 
 
 def _single_colon(item: str) -> str | None:
-    """'OpType:ReduceSum' (one colon) as it is meant, 'OpType::ReduceSum'; else None. No op's
-    name holds a ':' (TensorFlow's names do not), so kept as a name it would match nothing."""
-    prefix, colon, op_type = item.partition(":")
-    if colon and prefix.strip().casefold() == OP_TYPE_PREFIX.casefold() and op_type.strip():
-        return f"{OP_TYPE_PREFIX}::{op_type.strip()}"
+    """'OpType:ReduceSum' (one colon, or full-width ones) as it is meant, 'OpType::ReduceSum';
+    else None. No op's name holds a ':' (TensorFlow's names do not): kept as a name, it would
+    match nothing."""
+    prefix, colon, op_type = item.replace("：", ":").partition(":")  # '：' from an input method
+    op_type = op_type.lstrip(":").strip()
+    if colon and prefix.strip().casefold() == OP_TYPE_PREFIX.casefold() and op_type:
+        return f"{OP_TYPE_PREFIX}::{op_type}"
     return None
 
 
@@ -117,19 +119,25 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
         issues.error(line, column, "'op_debug_list' names no op")
     for item, at in split_items(value, column) if value else ():
         prefix, found, op_type = item.partition("::")
-        joined = run_together(op_type if found else item, commas_separate=True) if item else None
+        single = None if found else _single_colon(item)
+        joined = None
+        if item and single is None:  # each side of '::' on its own: names run together either
+            sides = (prefix.strip(), op_type.strip()) if found else (item,)
+            joined = next(
+                (j for side in sides if (j := run_together(side, commas_separate=True))), None
+            )
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
-        elif joined is not None:  # no op is named so (a full-width mark: the hint says which)
-            issues.error(line, at, f"op name {show(item)} {joined}; separate ops with ','")
-        elif not found and (single := _single_colon(item)) is not None:
+        elif single is not None:
             issues.error(
                 line,
                 at,
-                f"op name {show(item)} has one ':' after {OP_TYPE_PREFIX!r}; an op type is "
-                f"written {single!r}",
+                f"op name {show(item)} is an op type written otherwise than "
+                f"{OP_TYPE_PREFIX + '::'!r}; write {single!r}",
                 suggestion=single,
             )
+        elif joined is not None:  # no op is named so (a full-width mark: the hint says which)
+            issues.error(line, at, f"op name {show(item)} {joined}; separate ops with ','")
         elif not found:
             ops.append(item)
         elif prefix.strip().casefold() != OP_TYPE_PREFIX.casefold():
