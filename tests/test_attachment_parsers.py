@@ -827,6 +827,26 @@ def test_r_mml_1_a_name_of_thousands_run_together_is_said_in_a_short_message() -
     assert len(error.message) < 1_000
 
 
+def test_r_prec_2_bfloat16_is_not_suggested_where_the_product_refuses_it() -> None:
+    """'bf16' is near 'bfloat16', which R-PREC-2 refuses on atlas-training: the suggestion is
+    not given there (it would only trade one failure for another), and the note says why."""
+    text = "OpType::Relu:InputDtype:bf16,OutputDtype:float16"
+
+    def advice(product: str, config: dict[str, Any]) -> Any:
+        answer = resolve(
+            ResolveRequest(product, {"customize_dtypes": "/c.cfg", **config}, attachments={
+                "customize_dtypes": text
+            })
+        )  # fmt: skip
+        (said,) = [d for d in answer.diagnostics if d.option == "customize_dtypes"]
+        return said
+
+    legacy = advice("atlas-training", {"precision_mode": "allow_mix_precision"})
+    assert legacy.suggestion == ""
+    assert legacy.message.endswith("(but bfloat16 is not supported on atlas-training: R-PREC-2)")
+    assert advice("atlas-a2", {"precision_mode_v2": "fp16"}).suggestion == "bfloat16"
+
+
 def test_r_odc_1_spaces_around_the_op_type_prefix_are_read_as_the_prefix() -> None:
     """'OpType ::ReduceSum' is the op type ReduceSum, as customize_dtypes reads its prefix, not
     an unknown prefix 'OpType ' said to be 'OpType'."""

@@ -310,12 +310,12 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     )
     closing = [i for i in parsed.issues if i.summary]
     for issue in findings[:MAX_ISSUES_SHOWN]:
+        message, suggestion = issue.message, issue.suggestion
+        if suggestion == "bfloat16" and state.pid in LEGACY_FAMILY:  # R-PREC-2 refuses it here
+            message += f" (but bfloat16 is not supported on {state.pid}: R-PREC-2)"
+            suggestion = ""
         state.emit(
-            _issue_code(issue),
-            option,
-            issue.rule or rule,
-            f"{option} file: {issue.message}",
-            issue.suggestion,
+            _issue_code(issue), option, issue.rule or rule, f"{option} file: {message}", suggestion
         )
     hidden = len(findings) - MAX_ISSUES_SHOWN
     if hidden > 0 or closing:
