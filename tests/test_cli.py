@@ -302,9 +302,12 @@ def test_diff_shows_what_changes_between_products() -> None:
     )
     assert proc.returncode == 0
     data = json.loads(proc.stdout)
-    assert data["options"]["hccl_timeout"]["atlas-training"]["value"] == 544
-    assert data["options"]["hccl_timeout"]["atlas-a2"]["value"] == 600
-    assert data["options"]["input_batch_cpy"]["atlas-training"] is None
+    rows = {row["option"]: row for row in data["rows"]}  # the DiffResponse's JSON mapping
+    assert rows["hccl_timeout"]["cells"]["atlas-training"] == {"value": 544, "source": "USER"}
+    assert rows["hccl_timeout"]["cells"]["atlas-a2"] == {"value": 600, "source": "USER"}
+    assert rows["hccl_timeout"]["same"] is False and "hccl_timeout" in data["differing"]
+    assert list(rows["input_batch_cpy"]["cells"]) == ["atlas-a2"]  # absent: no cell
+    assert rows["graph_run_mode"]["same"] is True
 
 
 def test_attach_reads_a_local_file_and_applies_r_odc_2(tmp_path: Path) -> None:

@@ -143,6 +143,34 @@ def test_json_mapping_equals_cli_json(
     assert _dump(message_to_cli_json(wire)) == _dump(result.to_json())
 
 
+def test_a_diffs_json_mapping_equals_the_cli_json() -> None:
+    """contract.md, gRPC: "the JSON mapping with proto field names equals the CLI JSON" holds
+    for a diff too (`diff --format json` prints DiffResult.to_json()): rows with their cells
+    (none for a product lacking the option) and `same`, an unknown product's column, and
+    objects equal as JSON in another key order counted the same."""
+    from npu_resolver import diff
+    from npu_resolver_client._convert import diff_to_proto
+
+    policy = parse_policy(
+        "[profiles.default.products.atlas-a2.defaults]\ndump_config = {a = 1, b = 2}\n"
+        "[profiles.default.products.atlas-a3.defaults]\ndump_config = {b = 2, a = 1}\n"
+    )
+    request = ResolveRequest("atlas-a2", {"hccl_timeout": 600}, env={"AOE_MODE": "2"})
+    pair = {row.option: row for row in diff(request, ["atlas-a2", "atlas-a3"], policy=policy).rows}
+    assert pair["dump_config"].same is True and pair["input_batch_cpy"].same is True
+    result = diff(request, ["atlas-a2", "atlas-a3", "atlas-training", "atlas-9"], policy=policy)
+    assert {row.option: row for row in result.rows}["hccl_timeout"].same is False
+    wire = pb.DiffResponse.FromString(diff_to_proto(result).SerializeToString())
+    data = json_format.MessageToDict(
+        wire, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    for row in data["rows"]:
+        for cell in row["cells"].values():
+            cell["source"] = cell["source"].removeprefix("SOURCE_")
+    data["results"] = {pid: _strip_response(res) for pid, res in data["results"].items()}
+    assert _dump(data) == _dump(result.to_json())
+
+
 @pytest.mark.parametrize(("name", "request_", "result"), RESULTS, ids=IDS)
 def test_round_trip_is_exact(
     name: str, request_: ResolveRequest, result: npu_resolver.Resolution

@@ -408,6 +408,22 @@ def test_a_diffs_products_must_come_in_an_order(products: Any) -> None:
         diff(ResolveRequest("atlas-a2"), products)
 
 
+def test_a_diffs_product_names_may_be_enum_members_as_a_requests_product_may() -> None:
+    """A str subclass is the text it holds, in a diff's names as in ResolveRequest.product."""
+    import enum
+
+    from npu_resolver import diff
+
+    class Card(enum.StrEnum):
+        A2 = "atlas-a2"
+        TRAINING = "Atlas 训练系列产品"
+
+    result = diff(ResolveRequest("atlas-a2", {"hccl_timeout": 600}), [Card.A2, Card.TRAINING])
+    assert result.products == ("atlas-a2", "atlas-training")
+    assert type(result.products[0]) is str
+    assert result.results["atlas-training"].options["hccl_timeout"] == 544
+
+
 def test_a_diff_of_too_many_names_is_refused_reading_no_more_than_it_needs() -> None:
     from npu_resolver import DiffError, diff
 

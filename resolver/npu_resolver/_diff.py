@@ -12,7 +12,8 @@ from typing import Final
 
 from ._catalog import CATALOG, Catalog
 from ._content import shared_reads
-from ._model import JSON, Resolution, ResolveRequest, Source, read_request
+from ._fingerprint import fragment
+from ._model import JSON, Resolution, ResolveRequest, Source, plain_text, read_request
 from ._pipeline import check_arguments, resolve, shared_suggestions
 from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
@@ -40,7 +41,7 @@ class DiffError(ValueError):
 def diff_columns(products: Sequence[str]) -> list[str]:
     """The columns of a diff: each product once, by its canonical id (an unknown name stands
     as given and gets an UNKNOWN_PRODUCT column). A name that is not a str is a TypeError, as
-    a ResolveRequest's product is."""
+    a ResolveRequest's product is; a str subclass (an enum member) is the text it holds."""
     return _columns(products, None)[0]
 
 
@@ -49,9 +50,10 @@ def _columns(products: Sequence[str], most: int | None) -> tuple[list[str], bool
     more than the names it needs); with whether every name was read."""
     columns: dict[str, None] = {}
     for read, name in enumerate(products, 1):
-        if type(name) is not str:
+        if not isinstance(name, str):
             raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
-        columns[product_id(name) or name] = None
+        text = plain_text(name)
+        columns[product_id(text) or text] = None
         if most is not None and len(columns) > most:
             return list(columns), read == len(products)
     return list(columns), True
@@ -120,17 +122,22 @@ class DiffResult:
         return tuple(row for row in self.rows if not row.same)
 
     def to_json(self) -> dict[str, JSON]:
+        """The DiffResponse's JSON mapping (proto field names, enums by their bare names): a
+        product where the option is absent has no cell, as on the wire."""
         return {
             "products": list(self.products),
-            "options": {
-                row.option: {
-                    pid: None
-                    if cell is None
-                    else {"value": cell.value, "source": cell.source.value}
-                    for pid, cell in row.cells.items()
+            "rows": [
+                {
+                    "option": row.option,
+                    "cells": {
+                        pid: {"value": cell.value, "source": cell.source.value}
+                        for pid, cell in row.cells.items()
+                        if cell is not None
+                    },
+                    "same": row.same,
                 }
                 for row in self.rows
-            },
+            ],
             "differing": [row.option for row in self.differing],
             "results": {pid: res.to_json() for pid, res in self.results.items()},
         }
@@ -193,6 +200,11 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
                 cells[pid] = None
         if all(cell is None for cell in cells.values()):
             continue
-        values = [None if c is None else (repr(c.value), c.source) for c in cells.values()]
-        rows.append(DiffRow(option.name, cells, same=len(set(values)) == 1))
+        # Equal as JSON is equal (an object's keys in another order, 2.0 and 2), as the
+        # fingerprint has it; repr() told those apart.
+        values = {
+            None if c is None else (fragment(option.name, c.value), c.source)
+            for c in cells.values()
+        }
+        rows.append(DiffRow(option.name, cells, same=len(values) == 1))
     return DiffResult(tuple(results), results, tuple(rows))
