@@ -1451,5 +1451,25 @@ def test_diff_cells_are_cut_to_sixty_terminal_columns() -> None:
     )
     row = next(line for line in proc.stdout.splitlines() if line.startswith("debug_dir "))
     cells = [cell for cell in row.split("  ") if cell.strip()][1:]
-    assert len(cells) == 2 and all(cell.strip().endswith("...") for cell in cells), row
+    assert len(cells) == 2 and all(cell.strip().endswith(" USER") for cell in cells), row
     assert all(columns(cell.strip()) <= 60 for cell in cells), row
+    assert all("... #" in cell for cell in cells), row  # cut, and marked with a digest
+
+
+def test_diff_cells_cut_keep_their_source_and_tell_long_values_apart(tmp_path: Path) -> None:
+    """Two long paths that differ only past the cut, and a third equal to the first from
+    another source: the row differs, and each cell says how (digest, source)."""
+    base = "/mnt/" + "shared" * 12
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        f'[profiles.default.products.atlas-a2.defaults]\ndebug_dir = "{base}/job-a"\n'
+        f'[profiles.default.products.atlas-a3.locked]\ndebug_dir = "{base}/job-a"\n'
+        f'[profiles.default.products.atlas-350.defaults]\ndebug_dir = "{base}/job-b"\n'
+    )
+    products = ["--product", "atlas-a2", "--product", "atlas-a3", "--product", "atlas-350"]
+    proc = run("diff", *products, "--policy", str(policy))
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("debug_dir "))
+    a2, a3, a350 = [cell.strip() for cell in row.split("  ") if cell.strip()][1:]
+    assert a2.endswith(" POLICY") and a3.endswith(" POLICY_LOCKED") and a350.endswith(" POLICY")
+    digest = [cell.split(" #")[1].split()[0] for cell in (a2, a3, a350)]
+    assert digest[0] == digest[1] != digest[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import cache
 from importlib import resources
@@ -160,6 +161,18 @@ def _attachment_format(name: str) -> tuple[str, str, str] | None:
 MAX_CELL: Final = 60
 
 
+def _cell(value: JSON, source: str) -> str:
+    """A cell of MAX_CELL columns at most, its source always shown: a long path or object is
+    cut, and then marked with a short digest of the whole, so that two long values that differ
+    only past the cut do not look alike."""
+    text = shown(_value(value))
+    room = MAX_CELL - len(source) - 1
+    if columns(text) > room:
+        mark = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
+        text = f"{cut_to(text, room - 8)} #{mark}"
+    return f"{text} {source}"
+
+
 def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
     table format."""
@@ -169,19 +182,19 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         [
             "(absent)"
             if (cell := row.cells.get(pid)) is None
-            # A cell of 60 columns at most: a long path or object stays one line, cut.
-            else cut_to(shown(f"{_value(cell.value)} {cell.source.value}"), MAX_CELL)
+            else _cell(cell.value, cell.source.value)
             for pid in result.products
         ]
         for row in rows
     ]
+    heads = [cut_to(shown(p), MAX_CELL) for p in result.products]  # an unknown name may be long
     # Each column as wide as its widest cell: a wide one no longer shifts those after it.
     cols = [
-        max([columns(shown(p)), *(columns(cells[i]) for cells in texts)])
-        for i, p in enumerate(result.products)
+        max([columns(head), *(columns(cells[i]) for cells in texts)])
+        for i, head in enumerate(heads)
     ]
     header = f"{'option':<{width}}  " + "  ".join(
-        padded(shown(p), w) for p, w in zip(result.products, cols, strict=True)
+        padded(head, w) for head, w in zip(heads, cols, strict=True)
     )
     lines = [header.rstrip()]
     for row, cells in zip(rows, texts, strict=True):
