@@ -747,6 +747,25 @@ def test_an_answer_holds_copies_of_the_callers_objects(grpc_target: str) -> None
 NO_SERVER = "127.0.0.1:9"  # discard: nothing listens; a request refused here never dials
 
 
+def test_a_diffs_product_names_are_checked_before_sending_as_in_process() -> None:
+    """A name that is not a str is the TypeError a diff in process raises (protobuf's own was
+    'bad argument type for built-in operation'); text that is not Unicode is refused unsent,
+    naming its index."""
+    request = ResolveRequest("atlas-a2")
+
+    async def in_async(names: list[Any]) -> None:
+        async with AsyncResolverClient(NO_SERVER, timeout=5) as client:
+            await client.diff(request, names)
+
+    with ResolverClient(NO_SERVER, timeout=5) as client:
+        for call in (lambda n: client.diff(request, n), lambda n: asyncio.run(in_async(n))):
+            with pytest.raises(TypeError, match="a diff's product names are str, not int"):
+                call(["atlas-a2", 1])
+            with pytest.raises(ResolverCallError, match=r"products\[1\] .* not Unicode") as bad:
+                call(["atlas-a2", "x\udcff"])
+            assert bad.value.sent is False
+
+
 @pytest.mark.parametrize("validate_only", [False, True])
 def test_a_request_over_the_message_size_is_refused_before_sending_naming_its_largest_part(
     validate_only: bool,

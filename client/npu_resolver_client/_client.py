@@ -40,7 +40,7 @@ from npu_resolver import (
     ResolveRequest,
     ordered_products,
 )
-from npu_resolver.text import cut_text, printable
+from npu_resolver.text import cut_text, is_text, plain_text, printable
 
 from ._convert import (
     NotSendableError,
@@ -355,13 +355,25 @@ def _checked(request: object) -> None:
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
     products = ordered_products(products)  # the TypeErrors of a diff in process
+    names = []
+    for index, name in enumerate(products):
+        if not isinstance(name, str):
+            raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
+        text = plain_text(name)
+        if not is_text(text):  # protobuf would refuse it, in its own words
+            raise not_sent(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"products[{index}] {printable(text[:100])!r} is text that is not Unicode (a "
+                "lone surrogate); not sent",
+            )
+        names.append(text)
     try:
         check_text(request)
         config_json = config_to_json(request.config)
     except NotSendableError as exc:
         raise _not_sent(exc) from None
     return pb.DiffRequest(
-        products=list(products),
+        products=names,
         env=sent_env(request.env),
         workdir=request.workdir,
         profile=request.profile,

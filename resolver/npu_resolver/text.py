@@ -5,7 +5,8 @@ so that a config refused in process (too deep, too wide, not JSON, a key written
 that is not Unicode) is refused in the same words when it travels. `read_request` is for a
 request a decoder has just read (every field of its type, each dict its own): it skips the
 constructor's checks and copies, so anything else must go through ResolveRequest(...).
-`detached` is the copy an answer makes of a caller's object or list, for code that builds one.
+`detached` is the copy an answer makes of a caller's object or list, for code that builds one;
+`plain_text` the text a str subclass holds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ._model import (
     cut_text,
     is_text,
     loads_json,
+    plain_text,
     printable,
     read_request,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "key_text",
     "loads_json",
     "not_json",
+    "plain_text",
     "printable",
     "read_request",
 ]
