@@ -442,6 +442,26 @@ def test_a_request_too_large_to_send_says_it_was_not_sent_not_that_the_server_re
     assert "largest part is attachments." in proc.stderr and "server refused" not in proc.stderr
 
 
+def test_a_reply_over_this_commands_own_limit_is_said_so_and_the_limit_can_be_raised(
+    grpc_target: str,
+) -> None:
+    """A diff's reply is several times its request: past --max-message-bytes (default 4 MiB)
+    the command says the limit is its own, not that the server refused, and how to raise it."""
+    args = ["diff", "--product", "atlas-a2", "--product", "atlas-a3", "--product", "atlas-350"]
+    args += ["--set", "debug_dir=/" + "d" * 30_000, "--server", grpc_target]
+    proc = run(*args, "--max-message-bytes", "65536")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("npu-resolve: the reply was not taken: RESOURCE_EXHAUSTED: ")
+    assert "more than this client's max_message_bytes of 65,536: raise --max-message-bytes" in (
+        proc.stderr
+    )
+    assert run(*args, "--max-message-bytes", "1048576").returncode == 0
+    alone = run(
+        "diff", "--product", "atlas-a2", "--product", "atlas-a3", "--max-message-bytes", "1"
+    )
+    assert alone.returncode == 2 and "go with --server" in alone.stderr
+
+
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(
     grpc_target: str, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ All three derive from `ResolverClientError`, which carries the gRPC `code` and `
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -150,10 +151,27 @@ def failure_error(failure: Failure) -> ResolverClientError:
     return ResolverCallError(failure.code, failure.message)
 
 
+_RECEIVED_TOO_LARGE: Final = re.compile(
+    r"CLIENT: Received message larger than max \((\d+) vs\. (\d+)\)"
+)
+REPLY_OVER_LIMIT: Final = "more than this client's max_message_bytes"
+"""In the details of a reply this client refused to take for its size (the server sent it)."""
+
+
 def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClientError:
     """The client exception for a failed call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else None) or str(error)
+    over = (
+        _RECEIVED_TOO_LARGE.search(details) if code is grpc.StatusCode.RESOURCE_EXHAUSTED else None
+    )
+    if over is not None:  # gRPC's words blame no one; the limit is this client's own
+        size, limit = int(over.group(1)), int(over.group(2))
+        return ResolverCallError(
+            code,
+            f"the reply is {size:,} bytes, {REPLY_OVER_LIMIT} of {limit:,}: raise "
+            "max_message_bytes, or ask for less (fewer products, shorter values)",
+        )
     if trailing is None and hasattr(error, "trailing_metadata"):
         trailing = error.trailing_metadata()
     status = _status_from_metadata(trailing)

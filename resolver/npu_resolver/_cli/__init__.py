@@ -109,9 +109,17 @@ def _transport(args: argparse.Namespace) -> Transport:
     if server is not None:  # --server '' is a mistake, not a request to resolve in process
         if getattr(args, "policy", None):
             raise UsageError("--policy is for in-process resolution; the server has its own")
-        return Remote(server_target(server), **credentials(args))
-    if any(getattr(args, name, None) is not None for name in (*CREDENTIAL_FLAGS, "token_file")):
-        raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
+        limit = getattr(args, "max_message_bytes", None)
+        sizes = {} if limit is None else {"max_message_bytes": limit}
+        try:
+            return Remote(server_target(server), **credentials(args), **sizes)
+        except ValueError as exc:  # the client's own check of the size
+            raise UsageError(f"--max-message-bytes: {exc}") from exc
+    flags = (*CREDENTIAL_FLAGS, "token_file", "max_message_bytes")
+    if any(getattr(args, name, None) is not None for name in flags):
+        raise UsageError(
+            "--tls-ca, --tls-cert, --tls-key, --token-file and --max-message-bytes go with --server"
+        )
     return InProcess(read_policy(getattr(args, "policy", None)))
 
 
@@ -342,6 +350,13 @@ def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--tls-key", metavar="FILE", help="with --server: client key (mTLS)")
     parser.add_argument(
         "--token-file", metavar="FILE", help="with --server: file holding the bearer token"
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        metavar="N",
+        type=int,
+        help="with --server: the largest request and reply this command takes (default 4 MiB, "
+        "as the server's; a diff's reply may be several times its request)",
     )
 
 

@@ -76,8 +76,8 @@ class Remote:
     """A running server, through the project's own client library."""
 
     def __init__(self, target: str, timeout: float = 10.0, **credentials: Any) -> None:
-        """`credentials`: the client's root_certificates, private_key, certificate_chain and
-        token arguments."""
+        """`credentials`: the client's root_certificates, private_key, certificate_chain,
+        token and max_message_bytes arguments."""
         # gRPC's own log lines (each failed TLS handshake, at INFO) would come before the
         # CLI's one line saying what failed; the caller's own GRPC_VERBOSITY still wins.
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -116,6 +116,11 @@ class Remote:
                 raise  # the request has errors, and this is the server's full report
             if not exc.sent:  # the client's own refusal: no server saw the request
                 raise RefusedError(f"the request was not sent: {exc}", 2) from exc
+            from npu_resolver_client._errors import REPLY_OVER_LIMIT
+
+            if REPLY_OVER_LIMIT in exc.details:  # the server answered; this command's limit
+                said = str(exc).replace("raise max_message_bytes", "raise --max-message-bytes")
+                raise RefusedError(f"the reply was not taken: {said}", 2) from exc
             raise RefusedError(f"the server refused the call: {exc}", 2) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
