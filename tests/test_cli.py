@@ -459,7 +459,7 @@ def test_a_reply_over_this_commands_own_limit_is_said_so_and_the_limit_can_be_ra
     alone = run(
         "diff", "--product", "atlas-a2", "--product", "atlas-a3", "--max-message-bytes", "1"
     )
-    assert alone.returncode == 2 and "go with --server" in alone.stderr
+    assert alone.returncode == 2 and "--max-message-bytes goes with --server" in alone.stderr
 
 
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(

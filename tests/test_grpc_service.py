@@ -1248,6 +1248,9 @@ def test_client_errors_survive_pickling(client: ResolverClient, grpc_target: str
         small.resolve("atlas-a2", {"debug_dir": "/" + "d" * 2000})
     assert unsent.value.sent is False  # refused by this client, before any call
     assert pickle.loads(pickle.dumps(unsent.value)).sent is False
+    too_large = ResolverCallError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the reply is ...")
+    too_large.reply_too_large = True
+    assert pickle.loads(pickle.dumps(too_large)).reply_too_large is True
 
 
 def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811

@@ -48,6 +48,9 @@ class ResolverClientError(Exception):
     sent: bool = True
     """False when this client refused the request before sending it (over the message size,
     text the wire cannot carry): no server saw it."""
+    reply_too_large: bool = False
+    """True when the server answered with a reply larger than this client's max_message_bytes
+    (the limit to raise is this client's)."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
@@ -57,7 +60,8 @@ class ResolverClientError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Picklable with its own arguments: an error raised in a process pool's worker reaches
         # the caller whole (the default pickling would call __init__ with the message alone).
-        return (type(self), (self.code, self.details), {"sent": self.sent})
+        state = {"sent": self.sent, "reply_too_large": self.reply_too_large}
+        return (type(self), (self.code, self.details), state)
 
 
 def not_sent(code: grpc.StatusCode, details: str) -> ResolverCallError:
@@ -154,8 +158,6 @@ def failure_error(failure: Failure) -> ResolverClientError:
 _RECEIVED_TOO_LARGE: Final = re.compile(
     r"CLIENT: Received message larger than max \((\d+) vs\. (\d+)\)"
 )
-REPLY_OVER_LIMIT: Final = "more than this client's max_message_bytes"
-"""In the details of a reply this client refused to take for its size (the server sent it)."""
 
 
 def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClientError:
@@ -167,11 +169,14 @@ def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClient
     )
     if over is not None:  # gRPC's words blame no one; the limit is this client's own
         size, limit = int(over.group(1)), int(over.group(2))
-        return ResolverCallError(
+        too_large = ResolverCallError(
             code,
-            f"the reply is {size:,} bytes, {REPLY_OVER_LIMIT} of {limit:,}: raise "
-            "max_message_bytes, or ask for less (fewer products, shorter values)",
+            f"the reply is {size:,} bytes, more than this client's max_message_bytes of "
+            f"{limit:,}: raise max_message_bytes, or ask for less (fewer products, shorter "
+            "values)",
         )
+        too_large.reply_too_large = True
+        return too_large
     if trailing is None and hasattr(error, "trailing_metadata"):
         trailing = error.trailing_metadata()
     status = _status_from_metadata(trailing)

@@ -115,11 +115,10 @@ def _transport(args: argparse.Namespace) -> Transport:
             return Remote(server_target(server), **credentials(args), **sizes)
         except ValueError as exc:  # the client's own check of the size
             raise UsageError(f"--max-message-bytes: {exc}") from exc
-    flags = (*CREDENTIAL_FLAGS, "token_file", "max_message_bytes")
-    if any(getattr(args, name, None) is not None for name in flags):
-        raise UsageError(
-            "--tls-ca, --tls-cert, --tls-key, --token-file and --max-message-bytes go with --server"
-        )
+    if any(getattr(args, name, None) is not None for name in (*CREDENTIAL_FLAGS, "token_file")):
+        raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
+    if getattr(args, "max_message_bytes", None) is not None:  # in process: no message at all
+        raise UsageError("--max-message-bytes goes with --server")
     return InProcess(read_policy(getattr(args, "policy", None)))
 
 

@@ -116,9 +116,7 @@ class Remote:
                 raise  # the request has errors, and this is the server's full report
             if not exc.sent:  # the client's own refusal: no server saw the request
                 raise RefusedError(f"the request was not sent: {exc}", 2) from exc
-            from npu_resolver_client._errors import REPLY_OVER_LIMIT
-
-            if REPLY_OVER_LIMIT in exc.details:  # the server answered; this command's limit
+            if exc.reply_too_large:  # the server answered; the limit is this command's
                 said = str(exc).replace("raise max_message_bytes", "raise --max-message-bytes")
                 raise RefusedError(f"the reply was not taken: {said}", 2) from exc
             raise RefusedError(f"the server refused the call: {exc}", 2) from exc
