@@ -109,7 +109,7 @@ async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
 
 _SMALLER_REPLY: Final = {
     "Resolve": "shorten the long values, or ",
-    "Diff": "diff fewer products or shorten the long values, or ",
+    "Diff": "diff fewer products, shorten the long values or product names, or ",
     "DescribeCatalog": "describe one product a call, or ",
 }
 """What a caller can do for a smaller reply, by method (where it can do anything)."""
