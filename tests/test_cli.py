@@ -440,6 +440,7 @@ def test_a_request_too_large_to_send_says_it_was_not_sent_not_that_the_server_re
     assert proc.returncode == 2
     assert proc.stderr.startswith("npu-resolve: the request was not sent: RESOURCE_EXHAUSTED")
     assert "largest part is attachments." in proc.stderr and "server refused" not in proc.stderr
+    assert "raise --max-message-bytes here" in proc.stderr  # the flag, not the library's name
 
 
 def test_a_reply_over_this_commands_own_limit_is_said_so_and_the_limit_can_be_raised(
@@ -1474,6 +1475,28 @@ def test_diff_cells_are_cut_to_sixty_terminal_columns() -> None:
     assert len(cells) == 2 and all(cell.strip().endswith(" USER") for cell in cells), row
     assert all(columns(cell.strip()) <= 60 for cell in cells), row
     assert all("... #" in cell for cell in cells), row  # cut, and marked with a digest
+
+
+def test_diff_digests_follow_the_value_not_its_key_order_and_mark_long_headers(
+    tmp_path: Path,
+) -> None:
+    """Equal objects in another key order are equal (the row is the same but for the source),
+    so their cut cells carry one digest; two long unknown product names cut alike in the
+    header are told apart by theirs."""
+    policy = tmp_path / "policy.toml"
+    long = '"' + "x" * 60 + '"'
+    policy.write_text(
+        f"[profiles.default.products.atlas-a2.defaults]\ndump_config = {{a = {long}, b = 2}}\n"
+        f"[profiles.default.products.atlas-a3.locked]\ndump_config = {{b = 2, a = {long}}}\n"
+    )
+    proc = run("diff", "--product", "atlas-a2", "--product", "atlas-a3", "--policy", str(policy))
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("dump_config "))
+    marks = [cell.split(" #")[1].split()[0] for cell in row.split("  ") if " #" in cell]
+    assert len(marks) == 2 and marks[0] == marks[1], row
+    names = ["x" * 70 + "1", "x" * 70 + "2"]
+    header = run("diff", "--product", names[0], "--product", names[1]).stdout.splitlines()[0]
+    heads = [part.split(" #")[1] for part in header.split("  ") if " #" in part]
+    assert len(heads) == 2 and heads[0] != heads[1], header
 
 
 def test_diff_cells_cut_keep_their_source_and_tell_long_values_apart(tmp_path: Path) -> None:

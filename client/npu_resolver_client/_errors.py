@@ -172,8 +172,7 @@ def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClient
         too_large = ResolverCallError(
             code,
             f"the reply is {size:,} bytes, more than this client's max_message_bytes of "
-            f"{limit:,}: raise max_message_bytes, or ask for less (fewer products, shorter "
-            "values)",
+            f"{limit:,}: raise max_message_bytes, or ask for less",
         )
         too_large.reply_too_large = True
         return too_large

@@ -312,7 +312,10 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     for issue in findings[:MAX_ISSUES_SHOWN]:
         message, suggestion = issue.message, issue.suggestion
         if suggestion == "bfloat16" and state.pid in LEGACY_FAMILY:  # R-PREC-2 refuses it here
-            message += f" (but bfloat16 is not supported on {state.pid}: R-PREC-2)"
+            message = message.replace(" (did you mean 'bfloat16'?)", "")
+            message += (
+                f" (bfloat16, which it may stand for, is not supported on {state.pid}: R-PREC-2)"
+            )
             suggestion = ""
         state.emit(
             _issue_code(issue), option, issue.rule or rule, f"{option} file: {message}", suggestion

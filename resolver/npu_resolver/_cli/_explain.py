@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._catalog import CATALOG
 from .._describe import describe_option
+from .._fingerprint import fragment
 from .._model import CATALOG_VERSION, JSON
 from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
@@ -161,15 +162,19 @@ def _attachment_format(name: str) -> tuple[str, str, str] | None:
 MAX_CELL: Final = 60
 
 
+def _marked(text: str, room: int, whole: str) -> str:
+    """`text` within `room` columns; cut, it ends with a short digest of `whole` (the value in
+    canonical JSON), so that two long texts that differ only past the cut do not look alike,
+    and two equal values look alike whatever the order of their keys."""
+    if columns(text) <= room:
+        return text
+    mark = hashlib.blake2b(whole.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
+    return f"{cut_to(text, room - 8)} #{mark}"
+
+
 def _cell(value: JSON, source: str) -> str:
-    """A cell of MAX_CELL columns at most, its source always shown: a long path or object is
-    cut, and then marked with a short digest of the whole, so that two long values that differ
-    only past the cut do not look alike."""
-    text = shown(_value(value))
-    room = MAX_CELL - len(source) - 1
-    if columns(text) > room:
-        mark = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
-        text = f"{cut_to(text, room - 8)} #{mark}"
+    """A cell of MAX_CELL columns at most, its source always shown."""
+    text = _marked(shown(_value(value)), MAX_CELL - len(source) - 1, fragment("", value))
     return f"{text} {source}"
 
 
@@ -187,7 +192,7 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         ]
         for row in rows
     ]
-    heads = [cut_to(shown(p), MAX_CELL) for p in result.products]  # an unknown name may be long
+    heads = [_marked(shown(p), MAX_CELL, p) for p in result.products]  # unknown: may be long
     # Each column as wide as its widest cell: a wide one no longer shifts those after it.
     cols = [
         max([columns(head), *(columns(cells[i]) for cells in texts)])

@@ -114,10 +114,10 @@ class Remote:
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
+            said = str(exc).replace("raise max_message_bytes", "raise --max-message-bytes")
             if not exc.sent:  # the client's own refusal: no server saw the request
-                raise RefusedError(f"the request was not sent: {exc}", 2) from exc
+                raise RefusedError(f"the request was not sent: {said}", 2) from exc
             if exc.reply_too_large:  # the server answered; the limit is this command's
-                said = str(exc).replace("raise max_message_bytes", "raise --max-message-bytes")
                 raise RefusedError(f"the reply was not taken: {said}", 2) from exc
             raise RefusedError(f"the server refused the call: {exc}", 2) from exc
 
