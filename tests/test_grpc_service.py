@@ -374,6 +374,25 @@ def test_diff_says_too_few_products_before_reading_the_config(
     assert "2 or more products" in error.details()
 
 
+def test_diff_refuses_a_product_name_longer_than_any_in_process_and_through_a_server(
+    client: ResolverClient,
+) -> None:
+    """Each name is a column, keyed in every row of the answer: sixteen unknown names of
+    255,000 characters made a 4 MB request whose reply no server could send. Refused before any
+    work, in the same words either way, naming which name."""
+    names = ["atlas-a2", "x" * (npu_resolver.MAX_PRODUCT_NAME + 1)]
+    with pytest.raises(npu_resolver.DiffError) as local:
+        npu_resolver.diff(ResolveRequest(product=""), names)
+    assert local.value.reason == "PRODUCT_NAME_TOO_LONG"
+    assert str(local.value).startswith("a diff's product name 2 has 257 characters")
+    with pytest.raises(ResolveError) as remote:
+        client.diff(ResolveRequest(product=""), names)
+    assert remote.value.violations[0].reason == "PRODUCT_NAME_TOO_LONG"
+    assert str(local.value) in str(remote.value)
+    longest = max(len(name) for p in npu_resolver.PRODUCTS for name in (p.id, p.name, *p.aliases))
+    assert longest <= npu_resolver.MAX_PRODUCT_NAME  # every real name fits
+
+
 def test_diff_refuses_more_products_than_the_limit_in_process_and_through_a_server(
     client: ResolverClient,
 ) -> None:

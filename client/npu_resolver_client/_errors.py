@@ -6,8 +6,9 @@
   with an INVALID_VALUE on `config`. `resolution` is None when the call was refused before
   anything was resolved; `violations[0].reason` then says why: MALFORMED_REQUEST (bytes that
   are not the request), TOO_MANY_REQUESTS (a batch over 1,000 items), TOO_MANY_ENTRIES (an env
-  or attachments map of thousands), TOO_FEW_PRODUCTS or TOO_MANY_PRODUCTS (a diff, as
-  npu_resolver.DiffError's reason in process), UNKNOWN_PRODUCT (describe_catalog).
+  or attachments map of thousands), TOO_FEW_PRODUCTS, TOO_MANY_PRODUCTS or
+  PRODUCT_NAME_TOO_LONG (a diff, as npu_resolver.DiffError's reason in process),
+  UNKNOWN_PRODUCT (describe_catalog).
 - `ResolverUnavailable`: the server cannot be reached, or did not answer in time (UNAVAILABLE,
   after the retries of the service config, or DEADLINE_EXCEEDED).
 - `ResolverCallError`: any other failed call (UNAUTHENTICATED, RESOURCE_EXHAUSTED, INTERNAL ...).

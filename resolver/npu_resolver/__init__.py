@@ -32,6 +32,7 @@ _LAZY = {
     "describe_option": "_describe",
     "list_products": "_describe",
     "MAX_DIFF_PRODUCTS": "_diff",
+    "MAX_PRODUCT_NAME": "_diff",
     "DiffCell": "_diff",
     "DiffError": "_diff",
     "check_diff_products": "_diff",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from ._describe import describe_catalog, describe_option, list_products
     from ._diff import (
         MAX_DIFF_PRODUCTS,
+        MAX_PRODUCT_NAME,
         DiffCell,
         DiffError,
         DiffResult,
@@ -105,6 +107,7 @@ __all__ = [
     "MAX_DIFF_PRODUCTS",
     "MAX_EXACT_INT",
     "MAX_OBJECT_DEPTH",
+    "MAX_PRODUCT_NAME",
     "PATH_KEYS",
     "PRODUCTS",
     "Catalog",

@@ -25,10 +25,15 @@ MAX_DIFF_PRODUCTS: Final = 16
 them. The same limit in process and through a server, so both give the same answer."""
 
 
+MAX_PRODUCT_NAME: Final = 256
+"""Characters a diff's product name may have: every product's names are a few dozen, and an
+unknown name is a column of its own, its header and key in every row of the answer."""
+
+
 class DiffError(ValueError):
-    """A diff that cannot be made: fewer than two products named, or more columns than
-    MAX_DIFF_PRODUCTS. `reason` is the code a server refuses it with (TOO_FEW_PRODUCTS or
-    TOO_MANY_PRODUCTS)."""
+    """A diff that cannot be made: fewer than two products named, more columns than
+    MAX_DIFF_PRODUCTS, or a name longer than MAX_PRODUCT_NAME. `reason` is the code a server
+    refuses it with (TOO_FEW_PRODUCTS, TOO_MANY_PRODUCTS or PRODUCT_NAME_TOO_LONG)."""
 
     def __init__(self, message: str, reason: str = "TOO_FEW_PRODUCTS") -> None:
         super().__init__(message)
@@ -53,6 +58,13 @@ def _columns(products: Sequence[str], most: int | None) -> tuple[list[str], bool
         if not isinstance(name, str):
             raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
         text = plain_text(name)
+        if len(text) > MAX_PRODUCT_NAME:
+            raise DiffError(
+                f"a diff's product name {read} has {len(text):,} characters; a product's name "
+                f"has at most {MAX_PRODUCT_NAME} (the known ones: "
+                f"{', '.join(p.id for p in PRODUCTS)})",
+                "PRODUCT_NAME_TOO_LONG",
+            )
         columns[product_id(text) or text] = None
         if most is not None and len(columns) > most:
             return list(columns), read == len(products)

@@ -67,8 +67,8 @@ class ResolverStub:
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
     not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
-    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS and
-    TOO_MANY_PRODUCTS. (A config too deep or too large to read is a report like any other:
+    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS,
+    TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
     RESOURCE_EXHAUSTED.
@@ -122,8 +122,8 @@ class ResolverAsyncStub(ResolverStub):
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
     not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
-    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS and
-    TOO_MANY_PRODUCTS. (A config too deep or too large to read is a report like any other:
+    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS,
+    TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
     RESOURCE_EXHAUSTED.
