@@ -131,6 +131,8 @@ def test_client_raises_one_error_type_with_the_report(client: ResolverClient) ->
         ),
         (ResolveRequest(product="atlas-a2", config={"precison_mode": 1}), "config.precison_mode"),
         (ResolveRequest(product="atlas-a2", attachments={"nope": "x"}), "attachments.nope"),
+        (ResolveRequest(product="atlas-a2", workdir="/job\x00/x"), "workdir"),
+        (ResolveRequest(product="atlas-a2", config={"workdir": "/x"}), "config.workdir"),
         # Unknown options named like request fields (a whole request passed as its config):
         # the config is at fault, not the request's product, env or attachments.
         (ResolveRequest(product="atlas-a2", config={"product": "atlas-a2"}), "config.product"),

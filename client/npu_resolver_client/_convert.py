@@ -222,7 +222,7 @@ def violation_field(diagnostic: Diagnostic) -> str:
     blame the request's product or env field)."""
     option = diagnostic.option
     if diagnostic.code is not Code.UNKNOWN_OPTION and (
-        option in ("product", "profile", "config", "attachments")
+        option in ("product", "profile", "config", "attachments", "workdir")
         or option.startswith(("env.", "attachments."))
     ):
         return option
