@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import pickle
 import subprocess
 import sys
 import threading
@@ -764,6 +765,16 @@ def test_a_diffs_product_names_are_checked_before_sending_as_in_process() -> Non
             with pytest.raises(ResolverCallError, match=r"products\[1\] .* not Unicode") as bad:
                 call(["atlas-a2", "x\udcff"])
             assert bad.value.sent is False
+            # The core's checks in its order: its limits come before a later name's type, and
+            # are refused as a server refuses them (the same reason and words), unsent.
+            many: list[Any] = [f"p{i}" for i in range(20)]
+            for names, reason in (([1], "TOO_FEW_PRODUCTS"), ([*many, 1], "TOO_MANY_PRODUCTS")):
+                with pytest.raises(ResolveError) as limited:
+                    call(names)
+                violation = limited.value.violations[0]
+                assert (violation.field, violation.reason) == ("products", reason)
+                assert limited.value.resolution is None
+                assert pickle.loads(pickle.dumps(limited.value)).sent is False
 
 
 @pytest.mark.parametrize("validate_only", [False, True])

@@ -34,11 +34,12 @@ from google.protobuf import message
 
 from npu_resolver import (
     Diagnostic,
+    DiffError,
     DiffResult,
     Product,
     Resolution,
     ResolveRequest,
-    ordered_products,
+    check_diff_products,
 )
 from npu_resolver.text import cut_text, is_text, plain_text, printable
 
@@ -354,7 +355,12 @@ def _checked(request: object) -> None:
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
-    products = ordered_products(products)  # the TypeErrors of a diff in process
+    try:  # a diff in process's checks, in its order: its TypeErrors, then its limits
+        check_diff_products(products)
+    except DiffError as exc:  # what a server would answer, without the call
+        refused = ResolveError(str(exc), None, (FieldViolation("products", exc.reason, str(exc)),))
+        refused.sent = False
+        raise refused from None
     names = []
     for index, name in enumerate(products):
         if not isinstance(name, str):

@@ -86,7 +86,8 @@ class ResolveError(ResolverClientError):
         self.violations = violations
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.details, self.resolution, self.violations))
+        state = {"sent": self.sent, "reply_too_large": self.reply_too_large}
+        return (type(self), (self.details, self.resolution, self.violations), state)
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
