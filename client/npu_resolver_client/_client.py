@@ -45,6 +45,7 @@ from npu_resolver.text import cut_text, is_text, plain_text, printable
 
 from ._convert import (
     NotSendableError,
+    NotTextError,
     catalog_from_proto,
     check_text,
     config_to_json,
@@ -355,25 +356,21 @@ def _checked(request: object) -> None:
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
-    try:  # a diff in process's checks, in its order: its TypeErrors, then its limits
+    try:  # a diff in process's checks, in its order: its TypeErrors (every name is a str
+        # once it passes), then its limits
         check_diff_products(products)
     except DiffError as exc:  # what a server would answer, without the call
         refused = ResolveError(str(exc), None, (FieldViolation("products", exc.reason, str(exc)),))
         refused.sent = False
         raise refused from None
-    names = []
-    for index, name in enumerate(products):
-        if not isinstance(name, str):
-            raise TypeError(f"a diff's product names are str, not {type(name).__name__}")
-        text = plain_text(name)
-        if not is_text(text):  # protobuf would refuse it, in its own words
-            raise not_sent(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"products[{index}] {printable(text[:100])!r} is text that is not Unicode (a "
-                "lone surrogate); not sent",
-            )
-        names.append(text)
+    names = [plain_text(name) for name in products]
     try:
+        for index, text in enumerate(names):
+            if not is_text(text):  # protobuf would refuse it, in its own words
+                raise NotTextError(
+                    f"products[{index}] {printable(text[:100])!r} is text that is not Unicode "
+                    "(a lone surrogate)"
+                )
         check_text(request)
         config_json = config_to_json(request.config)
     except NotSendableError as exc:

@@ -61,8 +61,11 @@ class ResolverClientError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Picklable with its own arguments: an error raised in a process pool's worker reaches
         # the caller whole (the default pickling would call __init__ with the message alone).
-        state = {"sent": self.sent, "reply_too_large": self.reply_too_large}
-        return (type(self), (self.code, self.details), state)
+        return (type(self), (self.code, self.details), self._flags())
+
+    def _flags(self) -> dict[str, bool]:
+        """What pickling keeps besides the constructor's arguments."""
+        return {"sent": self.sent, "reply_too_large": self.reply_too_large}
 
 
 def not_sent(code: grpc.StatusCode, details: str) -> ResolverCallError:
@@ -86,8 +89,7 @@ class ResolveError(ResolverClientError):
         self.violations = violations
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {"sent": self.sent, "reply_too_large": self.reply_too_large}
-        return (type(self), (self.details, self.resolution, self.violations), state)
+        return (type(self), (self.details, self.resolution, self.violations), self._flags())
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:

@@ -181,30 +181,20 @@ def _acceptor(option: Option, rng: Range | None) -> Callable[[JSON], bool]:
         return lambda raw: type(raw) is str and raw in choices
     # Free text: a lone surrogate passes every other check, so only here is it looked for;
     # and only here can it be too long for a grammar to read. A path holds no NUL.
-    if option.type is OptType.PATH:
-        if check is not None:
-            return lambda raw: (
-                type(raw) is str
-                and len(raw) <= MAX_TEXT_VALUE
-                and (raw.isascii() or is_text(raw))
-                and "\x00" not in raw
-                and check(raw) is None
-            )
-        return lambda raw: (
-            type(raw) is str
-            and len(raw) <= MAX_TEXT_VALUE
-            and (raw.isascii() or is_text(raw))
-            and "\x00" not in raw
-        )
+    path = option.type is OptType.PATH
     if check is not None:
         return lambda raw: (
             type(raw) is str
             and len(raw) <= MAX_TEXT_VALUE
             and (raw.isascii() or is_text(raw))
+            and not (path and "\x00" in raw)
             and check(raw) is None
         )
     return lambda raw: (
-        type(raw) is str and len(raw) <= MAX_TEXT_VALUE and (raw.isascii() or is_text(raw))
+        type(raw) is str
+        and len(raw) <= MAX_TEXT_VALUE
+        and (raw.isascii() or is_text(raw))
+        and not (path and "\x00" in raw)
     )
 
 

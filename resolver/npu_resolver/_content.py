@@ -291,6 +291,19 @@ def _read(option: str, text: str) -> _Read:
     return found
 
 
+def _on_product(state: State, issue: ParseIssue) -> tuple[str, str]:
+    """An issue's message and suggestion on this product: a file is parsed once for every
+    product (a diff's columns share it), so a close name the product refuses (bfloat16 where
+    R-PREC-2 rules it out) is taken back here rather than suggested."""
+    if issue.suggestion != "bfloat16" or state.pid not in LEGACY_FAMILY:
+        return issue.message, issue.suggestion
+    message = issue.message.replace(" (did you mean 'bfloat16'?)", "")
+    return (
+        f"{message} (bfloat16, which it may stand for, is not supported on {state.pid}: R-PREC-2)",
+        "",
+    )
+
+
 def _parse(state: State, option: str, text: str) -> Any | None:
     """The parsed file (what could be read of it, after reporting its errors), or None."""
     from .attachments import MAX_ATTACHMENT_BYTES
@@ -310,13 +323,7 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     )
     closing = [i for i in parsed.issues if i.summary]
     for issue in findings[:MAX_ISSUES_SHOWN]:
-        message, suggestion = issue.message, issue.suggestion
-        if suggestion == "bfloat16" and state.pid in LEGACY_FAMILY:  # R-PREC-2 refuses it here
-            message = message.replace(" (did you mean 'bfloat16'?)", "")
-            message += (
-                f" (bfloat16, which it may stand for, is not supported on {state.pid}: R-PREC-2)"
-            )
-            suggestion = ""
+        message, suggestion = _on_product(state, issue)
         state.emit(
             _issue_code(issue), option, issue.rule or rule, f"{option} file: {message}", suggestion
         )

@@ -200,6 +200,19 @@ class _Suggestions:
     given: dict[str, str] = field(default_factory=dict)
     past_bound: set[str] = field(default_factory=set)
 
+    def close_name(self, catalog: Catalog, name: str) -> str:
+        """The close name this call gives `name` ("" for none), sought within the bound."""
+        suggestion = self.given.get(name)
+        if suggestion is None:
+            suggestion = ""
+            if self.spent < MAX_SOUGHT_SUGGESTIONS:
+                self.spent += 1
+                suggestion = catalog.suggest(name)
+            else:
+                self.past_bound.add(name)
+            self.given[name] = suggestion
+        return suggestion
+
 
 _SOUGHT: ContextVar[_Suggestions | None] = ContextVar("_SOUGHT", default=None)
 
@@ -219,50 +232,31 @@ def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestio
     """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many (None
     for a key that is not text, whose shown text no option name is near)."""
     shown = printable(key[:100])
+    suggestion = ""
     mentioned = MENTIONED_ONLY.get(key)
     if mentioned is not None:
-        state.emit(
-            Code.UNKNOWN_OPTION,
-            shown,
-            "",
-            f"option {shown!r} is not in the catalog: {mentioned}, so the resolver cannot check "
-            "it; remove it, or check it against the runtime's own documentation.",
+        said = (
+            f"is not in the catalog: {mentioned}, so the resolver cannot check it; remove it, "
+            "or check it against the runtime's own documentation."
         )
-        return
-    if sought is None:
-        state.emit(
-            Code.UNKNOWN_OPTION,
-            shown,
-            "",
-            f"option {shown!r} is not an NPURunConfig option (an option is named by a str); "
-            "`npu-resolve explain` lists the options.",
-        )
-        return
-    suggestion = sought.given.get(shown)
-    if suggestion is None:
-        suggestion = ""
-        if sought.spent < MAX_SOUGHT_SUGGESTIONS:
-            sought.spent += 1
-            suggestion = catalog.suggest(shown)
-        else:
-            sought.past_bound.add(shown)
-        sought.given[shown] = suggestion
-    if suggestion:
-        hint = f"; did you mean {suggestion!r}?"
-    elif shown in sought.past_bound:
-        hint = (
-            f"; close names are sought for the first {MAX_SOUGHT_SUGGESTIONS} unknown names "
-            "of a request only, and `npu-resolve explain` lists the options."
+    elif sought is None:
+        said = (
+            "is not an NPURunConfig option (an option is named by a str); `npu-resolve explain` "
+            "lists the options."
         )
     else:
-        hint = "; `npu-resolve explain` lists the options."
-    state.emit(
-        Code.UNKNOWN_OPTION,
-        shown,
-        "",
-        f"option {shown!r} is not an NPURunConfig option{hint}",
-        suggestion,
-    )
+        suggestion = sought.close_name(catalog, shown)
+        if suggestion:
+            hint = f"did you mean {suggestion!r}?"
+        elif shown in sought.past_bound:
+            hint = (
+                f"close names are sought for the first {MAX_SOUGHT_SUGGESTIONS} unknown names "
+                "of a request only, and `npu-resolve explain` lists the options."
+            )
+        else:
+            hint = "`npu-resolve explain` lists the options."
+        said = f"is not an NPURunConfig option; {hint}"
+    state.emit(Code.UNKNOWN_OPTION, shown, "", f"option {shown!r} {said}", suggestion)
 
 
 @dataclass(frozen=True, slots=True)

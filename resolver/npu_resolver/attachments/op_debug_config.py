@@ -120,12 +120,10 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
     for item, at in split_items(value, column) if value else ():
         prefix, found, op_type = item.partition("::")
         single = None if found else _single_colon(item)
-        joined = None
-        if item and single is None:  # each side of '::' on its own: names run together either
-            sides = (prefix.strip(), op_type.strip()) if found else (item,)
-            joined = next(
-                (j for side in sides if (j := run_together(side, commas_separate=True))), None
-            )
+        # Each side of '::' on its own: names may be run together on either.
+        sides = (prefix.strip(), op_type.strip()) if found else (item,)
+        said = (run_together(side, commas_separate=True) for side in sides)
+        joined = next(filter(None, said), None) if item and single is None else None
         if not item:
             issues.error(line, at, "empty op name (two commas in a row, or one at the end)")
         elif single is not None:
