@@ -204,7 +204,6 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         None,
     )
     default = next((d for d in option.defaults if _matches(d.products, d.mode, pid, mode)), None)
-    varies = any(d.products is not None for d in option.defaults)
     acts = (
         (option.products is None or pid in option.products)
         and (option.mode is None or option.mode is mode)
@@ -221,7 +220,13 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         mode_ok=option.mode is None or option.mode is mode,
         range=rng,
         default=default,
-        default_source=Source.PRODUCT_DEFAULT if varies else Source.DEFAULT,
+        # PRODUCT_DEFAULT only for a default the source gives per product: precision_mode_v2's
+        # online-inference fp16 is every product's, its training default is not.
+        default_source=(
+            Source.PRODUCT_DEFAULT
+            if default is not None and default.products is not None
+            else Source.DEFAULT
+        ),
         undocumented=default is None
         and bool(option.defaults)
         and pid not in option.no_default_products,

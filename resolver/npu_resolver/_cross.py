@@ -750,6 +750,26 @@ def cache_off_drops_dir(state: State) -> None:
     )
 
 
+def cache_dir_beats_cache_path(state: State) -> None:
+    """R-OCD-1: op_compiler_cache_dir > $ASCEND_CACHE_PATH/kernel_cache > $HOME/atc_data. With
+    the folder option in force the variable does nothing: said, as for an option's own
+    variable, so that a job does not look for its cache where the variable points."""
+    slot = state.slots.get("op_compiler_cache_dir")
+    if slot is None or not state.env_path("ASCEND_CACHE_PATH"):
+        return
+    winner = {
+        Source.POLICY: "the policy's default",
+        Source.POLICY_LOCKED: "the policy's locked",
+    }.get(slot.source, "the explicit")
+    state.emit(
+        Code.ENV_OVERRIDDEN,
+        "op_compiler_cache_dir",
+        "R-OCD-1",
+        f"ASCEND_CACHE_PATH is set but {winner} op_compiler_cache_dir {show(slot.value)} wins: "
+        "the cache is in its kernel_cache folder; remove one of them to avoid confusion.",
+    )
+
+
 def cache_size_variables(state: State) -> None:
     """R-OCC-4: the cache size variables, read by the runtime, checked here; only while the
     operator compile cache is on (they mean nothing once it is off)."""
@@ -804,6 +824,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
     CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
     CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),
+    CrossRule("R-OCD-1", Stage.FINAL, cache_dir_beats_cache_path),
     CrossRule("R-OCC-4", Stage.FINAL, cache_size_variables),
 )
 
