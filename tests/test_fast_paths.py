@@ -62,6 +62,8 @@ def as_is_before(view: OptionView, raw: Any) -> bool:
         return False
     if view.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
         return False
+    if view.option.type is OptType.PATH and type(raw) is str and "\x00" in raw:
+        return False  # a path the runtime would read only up to the NUL is refused
     check, canonical = view.option.validator, view.option.canonical
     if check is None:
         return True
@@ -78,6 +80,7 @@ def candidates(view: OptionView) -> list[Any]:
     values += [OrderedDict(a=1), float("inf")]
     values += ["2|4", " 2|4", "2 | 04", "0,1", "0, 01", "Pooling,LRN", "Pooling, LRN", "a ,b"]
     values += ["DNN_VM_AICPU:10", "DNN_VM_AICPU: 10", "DNN_VM_AICPU:010", "a ", "0\r"]
+    values += ["\x00", "/job/a\x00b"]
     values += list(option.choices) + list(option.aliases) + [d.value for d in option.defaults]
     for rng in option.ranges:
         for bound in (rng.minimum, rng.maximum):
