@@ -200,6 +200,24 @@ def test_r_odc_1_source_example_is_read() -> None:
     assert parse_op_debug_config(SOURCE_OP_DEBUG).op_debug_list is None
 
 
+@pytest.mark.parametrize(
+    "option", ["oom", "dump_cce", "dump_loc", "ccec_O0", "ccec_g", "check_flag"]
+)
+def test_r_odc_1_every_documented_option_is_read(option: str) -> None:
+    """The six the source lists (「oom … dump_cce … dump_loc … ccec_O0 … ccec_g … check_flag」)."""
+    result = parse_op_debug_config(f"op_debug_config={option}\n")
+    assert result.options == {option}
+    assert result.issues == ()
+
+
+def test_r_odc_1_hash_lines_are_read_as_comments_with_a_note() -> None:
+    result = parse_op_debug_config("# debug build\nop_debug_config=oom\n")
+    assert result.options == {"oom"}
+    assert errors(result) == []
+    (note,) = notes(result)
+    assert note.line == 1 and "comments" in note.message
+
+
 def test_r_odc_1_unknown_option_suggests_closest() -> None:
     issue = only_error(parse_op_debug_config("op_debug_config = omm,dump_cce"))
     assert (issue.line, issue.column, issue.suggestion, issue.rule) == (1, 19, "oom", "R-ODC-1")
@@ -222,6 +240,12 @@ def test_r_odc_1_unknown_key_gives_line_and_suggestion() -> None:
 def test_r_odc_1_empty_option_is_an_error_at_its_column() -> None:
     issue = only_error(parse_op_debug_config("op_debug_config=oom,,dump_cce"))
     assert (issue.line, issue.column) == (1, 21)
+
+
+def test_r_odc_1_an_empty_option_list_is_one_error() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config =\n"))
+    assert (issue.line, issue.column) == (1, 18)
+    assert "lists no option" in issue.message
 
 
 def test_r_odc_1_bare_option_list_is_read_with_a_note() -> None:
@@ -382,6 +406,30 @@ def test_r_opm_3_source_example_is_read() -> None:
     assert result.issues == ()
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "high_precision",
+        "high_performance",
+        "enable_float_32_execution",
+        "enable_hi_float_32_execution",
+        "support_out_of_bound_index",
+        "keep_fp16",
+        "super_performance",
+    ],
+)
+def test_r_opm_3_every_documented_mode_is_read(mode: str) -> None:
+    """Read, whatever a product or version then makes of it (R-OPM-2 judges that)."""
+    result = parse_op_precision_mode(f"[ByOpType]\nMatMul={mode}\n")
+    assert result.by_op_type == {"MatMul": mode}
+    assert result.issues == ()
+
+
+def test_r_opm_3_a_mode_in_capitals_is_refused_with_its_spelling() -> None:
+    issue = only_error(parse_op_precision_mode("[ByOpType]\nA=HIGH_PRECISION\n"))
+    assert (issue.line, issue.column, issue.suggestion) == (2, 3, "high_precision")
+
+
 def test_r_opm_3_unknown_mode_suggests_closest() -> None:
     issue = only_error(parse_op_precision_mode("[ByOpType]\nMatMul = high_precison\n"))
     assert (issue.line, issue.column, issue.rule) == (2, 10, "R-OPM-3")
@@ -497,6 +545,13 @@ def test_r_cdt_2_missing_output_part_gives_line_and_column() -> None:
     issue = only_error(parse_customize_dtypes("# c\n\nConv::InputDtype:float16\n"))
     assert (issue.line, issue.column, issue.rule) == (3, 7, "R-CDT-2")
     assert "no 'OutputDtype:' part" in issue.message
+
+
+def test_r_cdt_2_output_dtype_before_input_dtype_is_an_error() -> None:
+    """The source's form is `Opname::InputDtype:…,OutputDtype:…`, inputs first."""
+    issue = only_error(parse_customize_dtypes("Relu::OutputDtype:float16,InputDtype:float16\n"))
+    assert (issue.line, issue.column) == (1, 7)
+    assert "'InputDtype' must come first" in issue.message
 
 
 def test_r_cdt_2_unknown_keyword_suggests_closest() -> None:

@@ -92,7 +92,7 @@ def _options(value: str, line: int, column: int, issues: Issues) -> frozenset[st
     found: dict[str, tuple[bool, int]] = {}
     if not value:
         issues.error(line, column, "'op_debug_config' lists no option")
-    for item, at in split_items(value, column):
+    for item, at in split_items(value, column) if value else ():
         if not item:
             issues.error(line, at, "empty option (two commas in a row, or one at the end)")
         elif item not in OPTIONS:
