@@ -1516,3 +1516,150 @@ def test_diff_cells_cut_keep_their_source_and_tell_long_values_apart(tmp_path: P
     assert a2.endswith(" POLICY") and a3.endswith(" POLICY_LOCKED") and a350.endswith(" POLICY")
     digest = [cell.split(" #")[1].split()[0] for cell in (a2, a3, a350)]
     assert digest[0] == digest[1] != digest[2]
+
+
+# The request's own flags: each must change the answer as the contract says ---------------------
+
+
+def test_set_gives_a_str_option_its_text_without_reading_it_as_json() -> None:
+    """`--set` values are parsed per the option's type: aoe_mode and jit_compile are strings,
+    so `2` and `false` are their text as written, not a number or a bool normalized back."""
+    code, out = resolve_json(
+        "--product", "atlas-training", "--set", "aoe_mode=2", "jit_compile=false"
+    )  # fmt: skip
+    assert code == 0
+    assert out["options"]["aoe_mode"] == "2" and out["options"]["jit_compile"] == "false"
+    assert [d["code"] for d in out["diagnostics"] if d["code"] == "NORMALIZED"] == []
+
+
+def test_env_splits_at_the_first_equals_sign_so_values_may_hold_one() -> None:
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--env", "ASCEND_WORK_PATH=/w/a=b", "--format", "json"
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert json.loads(proc.stdout)["paths"]["debug_dir"] == "/w/a=b"
+
+
+def test_inherit_env_takes_only_the_variables_rules_md_names() -> None:
+    """A job host's environment holds much else (secrets, bytes that are not UTF-8): only the
+    named variables are read, so an unrelated variable cannot fail or leak into the request."""
+    env = {**os.environ, "ASCEND_DEVICE_ID": "3", "UNRELATED_TOKEN": "\udcff"}
+    proc = run("resolve", "--product", "atlas-a2", "--inherit-env", "--format", "json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["options"]["session_device_id"] == 3
+    assert out["provenance"]["session_device_id"]["env_var"] == "ASCEND_DEVICE_ID"
+
+
+def test_env_wins_over_an_inherited_variable() -> None:
+    env = {**os.environ, "HOME": "/home/inherited"}
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--inherit-env", "--env", "HOME=/home/given",
+        "--format", "json", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["paths"]["op_cache_dir"] == "/home/given/atc_data"
+
+
+def test_strict_makes_a_dropped_option_an_error_and_exit_1() -> None:
+    code, out = resolve_json(
+        "--product", "atlas-training", "--set", "input_batch_cpy=true", "--strict"
+    )  # fmt: skip
+    assert code == 1
+    assert [(d["severity"], d["code"]) for d in out["diagnostics"]] == [
+        ("ERROR", "DROPPED_UNSUPPORTED_PRODUCT")
+    ]
+
+
+def test_profile_picks_the_policy_profile(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.debug.defaults]\nhccl_timeout = 7200\n")
+    code, out = resolve_json("--product", "atlas-a2", "--policy", str(policy), "--profile", "debug")
+    assert code == 0
+    assert out["options"]["hccl_timeout"] == 7200
+    assert out["provenance"]["hccl_timeout"]["source"] == "POLICY"
+    code, plain = resolve_json("--product", "atlas-a2", "--policy", str(policy))
+    assert plain["options"]["hccl_timeout"] == 1836  # the default profile has no such default
+
+
+def test_attach_to_an_option_that_names_no_file_is_a_usage_error(tmp_path: Path) -> None:
+    attached = tmp_path / "a.txt"
+    attached.write_text("600\n")
+    proc = run("resolve", "--product", "atlas-a2", "--attach", f"hccl_timeout={attached}")
+    assert proc.returncode == 2
+    assert "--attach hccl_timeout: only these options name a file: op_debug_config" in proc.stderr
+
+
+def test_policy_with_server_is_a_usage_error_not_a_policy_silently_ignored(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.locked]\nhccl_timeout = 3600\n")
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--server", "127.0.0.1:1", "--policy", str(policy)
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--policy is for in-process resolution" in proc.stderr
+
+
+def test_read_files_passes_over_a_folder_the_config_names(tmp_path: Path) -> None:
+    """--read-files attaches the files that exist here; a folder is not one (not checked)."""
+    folder = tmp_path / "debug.cfg"
+    folder.mkdir()
+    code, out = resolve_json(
+        "--product", "atlas-a2", "--set", f"op_debug_config={folder}", "--read-files"
+    )  # fmt: skip
+    assert code == 0
+    assert [(d["code"], d["option"]) for d in out["diagnostics"]] == [
+        ("NOT_CHECKED", "op_debug_config")
+    ]
+
+
+def test_python_format_with_errors_says_so_in_the_pasteable_text() -> None:
+    proc = run(
+        "resolve", "--product", "atlas-training", "--set", "hccl_timeout=17341",
+        "--format", "python",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("# the request has errors")
+
+
+def test_python_format_reports_warnings_on_stderr_too() -> None:
+    proc = run(
+        "resolve", "--product", "atlas-training", "--set", "input_batch_cpy=true",
+        "--format", "python",
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert "WARNING DROPPED_UNSUPPORTED_PRODUCT [R-IBC-1] input_batch_cpy" in proc.stderr
+    assert "input_batch_cpy" not in proc.stdout
+
+
+def test_table_header_says_errors_and_diagnostics_carry_their_suggestion() -> None:
+    proc = run("resolve", "--product", "atlas-a2", "--set", "hccl_timout=1")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0].split() == [
+        "product",
+        "atlas-a2",
+        "catalog",
+        "900",
+        "ERRORS",
+    ]
+    assert "UNKNOWN_OPTION hccl_timout:" in proc.stdout
+    assert "(suggestion: hccl_timeout)" in proc.stdout
+    fine = run("resolve", "--product", "atlas-a2")
+    assert fine.stdout.splitlines()[0].split()[-1] == "ok"
+
+
+def test_table_names_the_variable_a_value_came_from() -> None:
+    proc = run("resolve", "--product", "atlas-training", "--env", "HCCL_EXEC_TIMEOUT=600")
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("hccl_timeout "))
+    assert "ENV" in row and "from HCCL_EXEC_TIMEOUT" in row and "requested 600" in row
+
+
+def test_diff_leaves_out_notes_about_options_that_do_not_differ(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"op_wait_timeout": "200", "hccl_timeout": 600}))
+    proc = run(
+        "diff", "--product", "atlas-a2", "--product", "atlas-training", "--config", str(config)
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert "ROUNDED [R-HCT-3] hccl_timeout" in proc.stdout
+    assert "op_wait_timeout" not in proc.stdout  # its NORMALIZED note: the same on both
