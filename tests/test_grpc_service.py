@@ -219,6 +219,72 @@ def test_batch_mixed_items(client: ResolverClient) -> None:
     assert client.resolve_batch([]) == []
 
 
+def test_batch_failures_carry_their_index_and_the_callers_own_values(
+    client: ResolverClient,
+) -> None:
+    """A failed item says which it was, and its report holds the caller's JSON as given (600.0
+    stays a float in `requested`), as Resolve's report for it does."""
+    failing = ResolveRequest(
+        product="atlas-training", config={"hccl_timeout": 600.0, "enable_exception_dump": 3}
+    )
+    results = client.resolve_batch([GOOD, failing, GOOD, ResolveRequest(product="nope")])
+    failures = [r for r in results if isinstance(r, ResolveFailure)]
+    assert [f.index for f in failures] == [1, 3]
+    assert failures[0].resolution is not None
+    _same(failures[0].resolution, resolve(failing))
+    requested = failures[0].resolution.provenance["hccl_timeout"].requested
+    assert requested == 600.0 and type(requested) is float
+
+
+def test_batch_reply_carries_the_catalog_and_policy_versions_it_was_answered_under(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        reply = stub.ResolveBatch(
+            pb.ResolveBatchRequest(requests=[request_to_proto(GOOD)]), timeout=10
+        )
+    assert reply.catalog_version == npu_resolver.CATALOG_VERSION == "900"
+    assert reply.policy_version == ""  # this server has no policy (see test_grpc_policy)
+    assert len(reply.results) == 1
+
+
+def test_diff_through_a_server_keeps_strict_and_workdir(client: ResolverClient) -> None:
+    request_ = ResolveRequest(
+        product="", config={"input_batch_cpy": True}, workdir="/jobs/7", strict=True
+    )
+    products = ["atlas-a2", "atlas-training"]
+    remote = client.diff(request_, products)
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        npu_resolver.diff(request_, products).to_json(), sort_keys=True
+    )
+    training = remote.results["atlas-training"]
+    assert [(d.severity.value, d.code.value) for d in training.diagnostics] == [
+        ("ERROR", "DROPPED_UNSUPPORTED_PRODUCT")
+    ]
+    assert remote.results["atlas-a2"].paths["debug_dir"] == "/jobs/7"
+
+
+def test_diff_and_batch_through_a_policy_server_keep_the_profile_and_say_the_version() -> None:
+    policy = npu_resolver.parse_policy(
+        "[profiles.debug.defaults]\nhccl_timeout = 7200\n", "policy.toml"
+    )
+    request_ = ResolveRequest(product="", profile="debug")
+    products = ["atlas-a2", "atlas-a3"]
+    with ThreadServer(policy=policy) as server, ResolverClient(server.target) as client:
+        remote = client.diff(request_, products)
+        with grpc.insecure_channel(server.target) as channel:
+            batch = pb_grpc.ResolverStub(channel).ResolveBatch(
+                pb.ResolveBatchRequest(requests=[request_to_proto(GOOD)]), timeout=10
+            )
+    local = npu_resolver.diff(request_, products, policy=policy)
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )
+    assert remote.results["atlas-a2"].options["hccl_timeout"] == 7200
+    assert batch.policy_version == policy.version != ""
+
+
 def replace_validate(request_: ResolveRequest) -> ResolveRequest:
     from dataclasses import replace
 
@@ -489,8 +555,11 @@ def test_list_products_and_catalog(client: ResolverClient) -> None:
     )
     one = client.describe_catalog("Atlas A2")
     assert [p["id"] for p in one["products"]] == ["atlas-a2"]
-    with pytest.raises(ResolveError):
+    with pytest.raises(ResolveError) as refused:
         client.describe_catalog("atlas-9000")
+    (violation,) = refused.value.violations
+    assert (violation.field, violation.reason) == ("product", "UNKNOWN_PRODUCT")
+    assert "atlas-9000" in violation.description
 
 
 def test_get_policy_without_policy(client: ResolverClient) -> None:
