@@ -466,6 +466,25 @@ def test_a_request_with_more_top_level_entries_than_read_is_refused_unread(
     assert f"more than {MAX_MAP_ENTRIES} {where} entries" in error.details()
 
 
+@pytest.mark.parametrize("where", ["env", "attachments"])
+def test_validate_only_with_a_map_too_large_to_read_is_a_report_not_a_refusal(
+    grpc_target: str,  # noqa: F811
+    where: str,
+) -> None:
+    """validate_only is "report only: never fails at the transport level": the map is left
+    unread all the same, and its refusal is the report's one error."""
+    entries = {f"V{i:06d}": "" for i in range(MAX_MAP_ENTRIES + 1)}
+    request = pb.ResolveRequest(product="Atlas A2", workdir=PADDING, validate_only=True)
+    getattr(request, where).update(entries)
+    code, reply = _call(grpc_target, RESOLVE, request.SerializeToString())
+    assert code is grpc.StatusCode.OK
+    answer = pb.ResolveResponse.FromString(reply)
+    assert not answer.ok and answer.product == "atlas-a2" and answer.catalog_version == "900"
+    (diagnostic,) = answer.diagnostics
+    assert (diagnostic.option, diagnostic.code) == (where, "INVALID_VALUE")
+    assert f"more than {MAX_MAP_ENTRIES} {where} entries" in diagnostic.message
+
+
 def test_a_large_request_within_the_entry_bound_is_answered(
     grpc_target: str,  # noqa: F811
 ) -> None:

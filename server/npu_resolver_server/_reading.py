@@ -141,6 +141,19 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
         return _without_config(kind, raw, refused), "deep"
 
 
+def without_map(kind: type[M], raw: bytes, name: str, max_keys: int) -> M | None:
+    """The request read without its map `name` (one refused as too large to decode), for what
+    the rest of it says; None when the rest cannot be read either."""
+    number = next((n for n, m in _maps(kind).items() if m == name), None)
+    rest = without_field(raw, number) if number is not None else None
+    if rest is None:
+        return None
+    try:
+        return parse_with_config(kind, rest, max_keys)[0]
+    except RefusedError:
+        return None
+
+
 def _without_config(kind: type[M], raw: bytes, refused: RefusedError) -> M:
     """The request read without its config Struct; `refused` when even that does not read."""
     rest = without_field(raw, CONFIG_FIELD)

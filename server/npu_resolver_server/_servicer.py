@@ -44,6 +44,7 @@ from ._reading import (
     parse_with_config,
     too_large,
     unreadable,
+    without_map,
 )
 from ._replies import (
     STATUS_DETAILS_KEY,
@@ -94,6 +95,23 @@ second each, and a health probe should not wait for sixteen of them."""
 MAX_DIFF_PRODUCTS: Final = npu_resolver.MAX_DIFF_PRODUCTS
 
 
+def _map_refused(
+    message_: pb.ResolveRequest, refused: RefusedError, policy: npu_resolver.PolicyLike | None
+) -> Resolution:
+    """The report for a validate_only request refused for a map too large to decode (env or
+    attachments): "report only: never fails at the transport level", so that one error is the
+    report, the rest of the request unread."""
+    version = policy.version if policy is not None else ""
+    diagnostic = npu_resolver.Diagnostic(
+        npu_resolver.Severity.ERROR,
+        npu_resolver.Code.INVALID_VALUE,
+        refused.field,
+        "",
+        str(refused),
+    )
+    return npu_resolver.unresolved(message_.product, diagnostic, policy_version=version)
+
+
 def _config_refused(
     message_: pb.ResolveRequest, refused: RefusedError, policy: npu_resolver.PolicyLike | None
 ) -> Resolution:
@@ -106,6 +124,9 @@ async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
     """The answer of a handler body that awaits (ReloadPolicy and ResolveBatch)."""
     return await outcome if inspect.isawaitable(outcome) else outcome
 
+
+_MAPS: Final = ("env", "attachments")
+"""A ResolveRequest's maps, refused unread past MAX_MAP_ENTRIES entries."""
 
 _SMALLER_REPLY: Final = {
     "Resolve": "shorten the long values, or ",
@@ -287,6 +308,10 @@ class ResolverService:
                 else parse_with_config(pb.ResolveRequest, raw, self.limits.max_keys)
             )
         except RefusedError as refused:
+            if refused.reason == "TOO_MANY_ENTRIES" and refused.field in _MAPS:
+                rest = without_map(pb.ResolveRequest, raw, refused.field, self.limits.max_keys)
+                if rest is not None and rest.validate_only:
+                    return resolution_answer(_map_refused(rest, refused, policy), True)
             return refused.answer()  # not a ResolveRequest at all, or one too large to read
         try:
             if left_out is not None:
