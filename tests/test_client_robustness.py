@@ -29,6 +29,7 @@ from npu_resolver_client import (
     ResolverCallError,
     ResolverClient,
     ResolverClientError,
+    ResolverUnavailable,
     channel_options,
 )
 from npu_resolver_client import _client as client_module
@@ -713,6 +714,33 @@ def _unavailable_once() -> Handler:
         return resolution_to_proto(resolve(ResolveRequest(product=request.product)))
 
     return handler
+
+
+def _unavailable(times: int) -> Handler:
+    """Resolve: UNAVAILABLE the first `times` calls, then the real answer."""
+    calls = [0]
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        calls[0] += 1
+        if calls[0] <= times:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is restarting")
+        return resolution_to_proto(resolve(ResolveRequest(product=request.product)))
+
+    return handler
+
+
+def test_the_client_rides_out_four_unavailable_answers_in_a_row() -> None:
+    """Five attempts in all: the fifth answers, and after five UNAVAILABLE the call gives up."""
+    with FakeResolver(resolve=_unavailable(4)) as server, ResolverClient(server.target) as c:
+        assert c.resolve("atlas-a2").product == "atlas-a2"
+    assert len(server.requests) == 5
+    with (
+        FakeResolver(resolve=_unavailable(5)) as server,
+        ResolverClient(server.target) as c,
+        pytest.raises(ResolverUnavailable),
+    ):
+        c.resolve("atlas-a2")
+    assert len(server.requests) == 5, "a sixth attempt was made"
 
 
 LARGE_ATTACHMENT = {"modify_mixlist": '{"black-list": {"to-add": ["' + "x" * 400_000 + '"]}}'}

@@ -187,6 +187,17 @@ def test_repeated_requests_hit_the_answer_cache(
     assert cache.hits == hits + 2
 
 
+def test_cached_answers_are_kept_per_policy_version() -> None:
+    """An answer is the policy's in force: another version never gets it, even for the same
+    bytes (a batch's items resolved under the old policy land after a reload cleared it)."""
+    cache = AnswerCache(16)
+    answer = Answer(grpc.StatusCode.OK, payload=b"x" * 100)
+    cache.put("v1", b"request", answer)
+    cache.put("v1", b"request", answer)  # kept from its second sight
+    assert cache.get("v1", b"request") is answer
+    assert cache.get("v2", b"request") is None and cache.get("", b"request") is None
+
+
 def test_one_off_requests_are_not_kept() -> None:
     """A flood of distinct requests leaves the cache empty: nothing recurring is evicted and no
     memory goes to replies nobody asks for again."""
@@ -1564,6 +1575,20 @@ def test_wait_for_ready_bridges_a_server_that_starts_late() -> None:
     try:
         with ResolverClient(target, timeout=20, wait_for_ready=True) as client:
             assert client.resolve("atlas-a2").ok
+    finally:
+        timer.join()
+        server.stop()
+
+
+async def test_the_async_client_waits_for_a_server_that_starts_late_with_wait_for_ready() -> None:
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    server = ThreadServer(ServerSettings(port=port, grace_seconds=1.0))
+    timer = threading.Timer(2.5, server.start)
+    timer.start()
+    try:
+        async with AsyncResolverClient(target, timeout=20, wait_for_ready=True) as client:
+            assert (await client.resolve("atlas-a2")).ok
     finally:
         timer.join()
         server.stop()
