@@ -296,6 +296,21 @@ def test_diff_and_batch_through_a_policy_server_keep_the_profile_and_say_the_ver
     assert batch.policy_version == policy.version != ""
 
 
+def test_a_locked_value_keeps_the_callers_own_json_in_requested_through_a_server() -> None:
+    """The caller's 600.0 replaced by a lock is `requested: 600.0` in process; a Struct carries
+    it as a double, which the client puts back as the caller wrote it."""
+    policy = npu_resolver.parse_policy(
+        "[profiles.default.locked]\nhccl_timeout = 1200\n", "policy.toml"
+    )
+    request_ = ResolveRequest(product="atlas-a2", config={"hccl_timeout": 600.0})
+    with ThreadServer(policy=policy) as server, ResolverClient(server.target) as client:
+        remote = client.resolve_request(request_)
+    _same(remote, resolve(request_, policy=policy))
+    entry = remote.provenance["hccl_timeout"]
+    assert entry.source is npu_resolver.Source.POLICY_LOCKED
+    assert entry.requested == 600.0 and type(entry.requested) is float
+
+
 def replace_validate(request_: ResolveRequest) -> ResolveRequest:
     from dataclasses import replace
 
