@@ -1613,23 +1613,20 @@ def test_read_files_passes_over_a_folder_the_config_names(tmp_path: Path) -> Non
     ]
 
 
-def test_python_format_with_errors_says_so_in_the_pasteable_text() -> None:
-    proc = run(
+def test_python_format_says_errors_in_the_pasteable_text_and_warnings_on_stderr() -> None:
+    errors = run(
         "resolve", "--product", "atlas-training", "--set", "hccl_timeout=17341",
         "--format", "python",
     )  # fmt: skip
-    assert proc.returncode == 1
-    assert proc.stdout.startswith("# the request has errors")
-
-
-def test_python_format_reports_warnings_on_stderr_too() -> None:
-    proc = run(
+    assert errors.returncode == 1
+    assert errors.stdout.startswith("# the request has errors")
+    warned = run(
         "resolve", "--product", "atlas-training", "--set", "input_batch_cpy=true",
         "--format", "python",
     )  # fmt: skip
-    assert proc.returncode == 0
-    assert "WARNING DROPPED_UNSUPPORTED_PRODUCT [R-IBC-1] input_batch_cpy" in proc.stderr
-    assert "input_batch_cpy" not in proc.stdout
+    assert warned.returncode == 0
+    assert "WARNING DROPPED_UNSUPPORTED_PRODUCT [R-IBC-1] input_batch_cpy" in warned.stderr
+    assert "input_batch_cpy" not in warned.stdout
 
 
 def test_table_header_says_errors_and_diagnostics_carry_their_suggestion() -> None:
