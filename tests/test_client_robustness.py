@@ -33,7 +33,7 @@ from npu_resolver_client import (
     channel_options,
 )
 from npu_resolver_client import _client as client_module
-from npu_resolver_client.wire import pb, resolution_to_proto
+from npu_resolver_client.wire import pb, request_to_proto, resolution_to_proto
 from npu_resolver_server import ServerSettings
 from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
 
@@ -822,6 +822,26 @@ def test_a_request_over_the_message_size_is_refused_before_sending_naming_its_la
     message = str(refused.value)
     assert "max_message_bytes" in message and "4,096" in message
     assert "config.op_compiler_cache_dir" in message and "not sent" in message
+
+
+def test_a_request_of_exactly_the_message_size_is_sent_and_one_byte_more_is_not() -> None:
+    """The limit is a size a request may have, as gRPC's own send limit is."""
+    limit = 4096
+    workdir = "/" + "w" * (limit - 40)
+    while request_to_proto(ResolveRequest("atlas-a2", workdir=workdir)).ByteSize() < limit:
+        workdir += "w"
+    exact = ResolveRequest("atlas-a2", workdir=workdir)
+    assert request_to_proto(exact).ByteSize() == limit
+    over = ResolveRequest("atlas-a2", workdir=workdir + "w")
+    with (
+        FakeResolver(resolve=_unavailable(0)) as server,
+        ResolverClient(server.target, max_message_bytes=limit, timeout=30) as client,
+    ):
+        assert client.resolve_request(exact).product == "atlas-a2"
+        with pytest.raises(ResolverCallError) as refused:
+            client.resolve_request(over)
+    assert refused.value.sent is False and "4,097 bytes" in str(refused.value)
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize(
