@@ -104,6 +104,30 @@ def test_version_is_content_hash_stable_under_formatting() -> None:
     assert one.version == two.version != three.version
 
 
+def test_version_changes_with_an_every_product_value_beside_a_product_table() -> None:
+    """Answers are cached by the version: a change of the every-product table while a product
+    table of the same kind exists must give a new one."""
+    product = "[profiles.default.products.atlas-a2.defaults]\nhccl_timeout = 7200\n"
+    one = parse_policy(f"[profiles.default.defaults]\nhccl_timeout = 3600\n{product}", "a")
+    two = parse_policy(f"[profiles.default.defaults]\nhccl_timeout = 1800\n{product}", "b")
+    assert one.version != two.version
+
+
+def test_refuses_one_products_table_written_under_two_aliases() -> None:
+    message = refused(
+        "[profiles.default.products.atlas-a2.defaults]\nhccl_timeout = 3600\n"
+        '[profiles.default.products."Atlas A2".defaults]\nhccl_timeout = 7200\n'
+    )
+    assert '[profiles.default.products."Atlas A2".defaults] repeats a product table' in message
+
+
+@pytest.mark.parametrize(("kind", "value"), [("defaults", "1"), ("locked", '"x"')])
+def test_refuses_defaults_or_locked_that_is_not_a_table(kind: str, value: str) -> None:
+    """`locked = "x"` read as no locks would drop every lock silently."""
+    message = refused(f"[profiles.default]\n{kind} = {value}\n")
+    assert f"[profiles.default.{kind}] must be a table of option = value" in message
+
+
 def test_refuses_invalid_toml_naming_the_file() -> None:
     message = refused("[profiles.default.defaults\nx = 1")
     assert message.startswith("p.toml: invalid TOML")

@@ -89,3 +89,19 @@ def test_reloads_under_load_fail_no_call_and_never_mix_policies(tmp_path: Path) 
         assert EXPECTED[version] == (hccl, wait), (version, hccl, wait)
     assert {v for v, _, _ in seen} <= set(EXPECTED)
     assert store.status().reload_failures > 0
+
+
+def test_a_good_reload_after_a_refused_one_clears_the_refusal(tmp_path: Path) -> None:
+    """GetPolicy and the status say the refused file's hash only while it is the one refused."""
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(POLICY_A)
+    store = PolicyStore(policy_file)
+    store.load_initial()
+    policy_file.write_text("garbage [")
+    store.reload()
+    assert store.status().refused_version != "" and store.status().last_reload_error != ""
+    policy_file.write_text("[profiles.default.defaults]\nhccl_timeout = 1800\n")
+    store.reload()
+    status = store.status()
+    assert status.refused_version == "" and status.last_reload_error == ""
+    assert status.version == parse_policy(policy_file.read_text(), "p").version
