@@ -470,6 +470,12 @@ def test_a_request_with_more_top_level_entries_than_read_is_refused_unread(
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert _violations(error) == [(where, "TOO_MANY_ENTRIES")]
     assert f"more than {MAX_MAP_ENTRIES} {where} entries" in error.details()
+    status = status_pb2.Status.FromString(
+        dict(error.trailing_metadata())["grpc-status-details-bin"]
+    )
+    bad = error_details_pb2.BadRequest()
+    status.details[0].Unpack(bad)
+    assert bad.field_violations[0].description == error.details()  # the why, for each field
 
 
 @pytest.mark.parametrize("where", ["env", "attachments"])
