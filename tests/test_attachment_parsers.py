@@ -40,16 +40,16 @@ from npu_resolver.attachments import (
     parse_op_precision_mode,
 )
 
-RULES_MD_MODES = [
-    mode.strip(" .\n")
-    for mode in re.search(
-        r"Modes: (.*?\.)\n", (Path(__file__).parent / "spec" / "rules.md").read_text("utf-8"), re.S
-    )
-    .group(1)
-    .replace("\n", " ")
-    .split(",")
-]
-"""R-OPM-3's modes as rules.md lists them (tests/spec holds a verbatim copy)."""
+
+def _rules_md_modes() -> list[str]:
+    """R-OPM-3's modes as rules.md lists them (tests/spec holds a verbatim copy)."""
+    text = (Path(__file__).parent / "spec" / "rules.md").read_text("utf-8")
+    found = re.search(r"Modes: (.*?\.)\n", text, re.S)
+    assert found is not None, "rules.md no longer lists R-OPM-3's modes"
+    return [mode.strip(" .\n") for mode in found.group(1).replace("\n", " ").split(",")]
+
+
+RULES_MD_MODES = _rules_md_modes()
 
 Parser = Callable[[str], ParsedAttachment]
 
