@@ -157,26 +157,27 @@ def run_serve(namespace: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
         return 2
-    _warn_unknown_variables(settings)
-    if settings.tracing:
-        from ._tracing import missing_packages
-
-        missing = missing_packages()
-        if missing:
-            print(
-                f"npu-resolve serve: --tracing needs {', '.join(missing)}; "
-                "install them with: pip install 'npu-config-resolver[tracing]'",
-                file=sys.stderr,
-            )
-            return 2
     # Until the supervisor or the worker's event loop takes them: as a container's PID 1 the
-    # process has no default action for SIGTERM, which would be ignored while it starts.
+    # process has no default action for SIGTERM, which would be ignored while it starts; and a
+    # stop right after the first warnings is a stop, not a traceback.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop_while_starting)
     # A SIGHUP before the policy is first read asks for nothing that reading it will not do; its
     # default action would end the start (the worker and the supervisor take it over later).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
+        _warn_unknown_variables(settings)
+        if settings.tracing:
+            from ._tracing import missing_packages
+
+            missing = missing_packages()
+            if missing:
+                print(
+                    f"npu-resolve serve: --tracing needs {', '.join(missing)}; "
+                    "install them with: pip install 'npu-config-resolver[tracing]'",
+                    file=sys.stderr,
+                )
+                return 2
         if settings.workers > 1:
             from ._supervisor import run_workers
 
