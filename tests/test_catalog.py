@@ -193,3 +193,40 @@ def test_every_public_name_is_listed_and_importable() -> None:
         assert name in listed, name
         assert getattr(npu_resolver, name) is not None
     assert {"diff", "load_policy", "describe_option"} <= set(listed)
+
+
+def test_describe_option_says_where_an_option_acts_and_with_what() -> None:
+    """explain's data, from the same tables as the answers: an inference-only option has no
+    training default and one mode (R-BUF-1); a product's refused values are listed apart
+    (R-PM-4); the old spellings an option reads (R-PM-2); an option this version dropped acts
+    nowhere (R-ERP-1)."""
+    from npu_resolver import describe_option
+
+    by_name = CATALOG.by_name
+    buffer = describe_option(by_name["buffer_optimize"])["products"]["atlas-a2"]
+    assert buffer["modes"] == ["inference"]
+    assert buffer["defaults"] == {"training": None, "inference": "l2_optimize"}
+    precision = describe_option(by_name["precision_mode"])
+    assert precision["aliases"] == {
+        "force_fp32": "cube_fp16in_fp32out",
+        "allow_mix_precision": "allow_mix_precision_fp16",
+    }
+    training = precision["products"]["atlas-training"]
+    assert "allow_mix_precision_bf16" not in training["allowed_values"]
+    assert training["unsupported_values"]["allow_mix_precision_bf16"] == "R-PM-4"
+    dropped = describe_option(by_name["enable_reduce_precision"])["products"]["atlas-a2"]
+    assert dropped["supported"] is False and dropped["modes"] == []
+
+
+def test_diff_rows_are_options_some_column_has_and_same_compares_values_as_json() -> None:
+    from npu_resolver import diff, diff_of, fingerprint
+
+    result = diff(ResolveRequest(product=""), ["atlas-a2", "atlas-training"])
+    assert all(any(cell is not None for cell in row.cells.values()) for row in result.rows)
+    assert "buffer_optimize" not in [row.option for row in result.rows]  # inference only
+    one = resolve(ResolveRequest("atlas-a2", {"dump_config": {"a": 1, "b": 2}}))
+    two = resolve(ResolveRequest("atlas-a3", {"dump_config": {"b": 2, "a": 1}}))
+    rows = {row.option: row for row in diff_of([("atlas-a2", one), ("atlas-a3", two)]).rows}
+    assert rows["dump_config"].same  # the same object, its keys in another order
+    # A fingerprint tells a bool from the int it equals, whichever was hashed first.
+    assert fingerprint("atlas-a2", {"x": True}) != fingerprint("atlas-a2", {"x": 1})
