@@ -72,15 +72,6 @@ def report_unreadable(
         state.emit(Code.INVALID_VALUE, f"env.{name}", ENV_VAR_RULES[name], message)
 
 
-_BLANK_FOLDER: Final[Mapping[str, str]] = {
-    "ASCEND_WORK_PATH": "the folders it would hold take their defaults",
-    "NPU_COLLECT_PATH": "enable_exception_dump keeps its own value, the dump its own folder",
-    "ASCEND_CACHE_PATH": "the operator cache is op_compiler_cache_dir's or $HOME/atc_data",
-    "HOME": "the operator cache's default folder keeps <home>",
-}
-"""What a blank folder variable leaves to apply (R-EXD-2/3, R-OCD-1), by variable."""
-
-
 def blank_variable(state: State, var: str, rule: str, instead: str) -> None:
     """NORMALIZED for `export VAR=`: a blank variable names nothing, whichever it is; `instead`
     says what applies then."""
@@ -100,11 +91,10 @@ def read_env(
     whose text is not a valid value (judged by `env_problems`, once precedence is known)."""
     values: dict[str, JSON] = {}
     invalid: dict[str, tuple[str, Problem]] = {}
-    env = state.env
-    for var, rule in PATH_ENV_VARS.items():
-        text = env.get(var)
+    for var, (rule, instead) in PATH_ENV_VARS.items():
+        text = state.env.get(var)
         if text is not None and not text.strip():  # `export VAR=`: names no folder
-            blank_variable(state, var, rule, _BLANK_FOLDER[var])
+            blank_variable(state, var, rule, instead)
     for var, option in catalog.env_options.items():
         text = state.env.get(var)
         if text is None:

@@ -431,12 +431,19 @@ known to check them against), said so rather than "not an option" with a near na
 # Environment variables the source names but that set no option (paths, cache sizes, a flag),
 # each with the rule a diagnostic about the variable itself cites: one that reads it
 # (ASCEND_WORK_PATH is read by five; the dump folder's rule stands for them).
-PATH_ENV_VARS: Final[Mapping[str, str]] = {
-    "ASCEND_WORK_PATH": "R-EXD-3",
-    "NPU_COLLECT_PATH": "R-EXD-2",
-    "ASCEND_CACHE_PATH": "R-OCD-1",
-    "HOME": "R-OCD-1",
+PATH_ENV_VARS: Final[Mapping[str, tuple[str, str]]] = {
+    "ASCEND_WORK_PATH": ("R-EXD-3", "the folders it would hold take their defaults"),
+    "NPU_COLLECT_PATH": (
+        "R-EXD-2",
+        "enable_exception_dump keeps its own value, the dump its own folder",
+    ),
+    "ASCEND_CACHE_PATH": (
+        "R-OCD-1",
+        "the operator cache is op_compiler_cache_dir's or $HOME/atc_data",
+    ),
+    "HOME": ("R-OCD-1", "the operator cache's default folder keeps <home>"),
 }
+"""The folder variables, with their rule and what applies when one is blank."""
 CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str, str]]] = {
     "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging", "500 MB"),
     "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]", "50% kept"),
@@ -446,7 +453,7 @@ how the source describes a valid one, and what applies when neither op_cache.ini
 variable sets it ("默认磁盘空间大小500MB，默认保留缓存的空间50%")."""
 FLAG_ENV_VARS: Final[Mapping[str, str]] = {"ENABLE_DYNAMIC_SHAPE_MULTI_STREAM": "R-AMP-1"}
 ENV_VAR_RULES: Final[Mapping[str, str]] = {
-    **PATH_ENV_VARS,
+    **{var: rule for var, (rule, _) in PATH_ENV_VARS.items()},
     **{o.env: o.env_rule for o in OPTIONS if o.env},
     **dict.fromkeys(CACHE_ENV_VARS, "R-OCC-4"),
     **FLAG_ENV_VARS,

@@ -125,9 +125,6 @@ async def _awaited(outcome: Answer | Awaitable[Answer]) -> Answer:
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
-_MAPS: Final = ("env", "attachments")
-"""A ResolveRequest's maps, refused unread past MAX_MAP_ENTRIES entries."""
-
 _SMALLER_REPLY: Final = {
     "Resolve": "shorten the long values, or ",
     "Diff": "diff fewer products, shorten the long values or product names, or ",
@@ -308,7 +305,7 @@ class ResolverService:
                 else parse_with_config(pb.ResolveRequest, raw, self.limits.max_keys)
             )
         except RefusedError as refused:
-            if refused.reason == "TOO_MANY_ENTRIES" and refused.field in _MAPS:
+            if refused.reason == "TOO_MANY_ENTRIES":  # a map (env, attachments) of thousands
                 rest = without_map(pb.ResolveRequest, raw, refused.field, self.limits.max_keys)
                 if rest is not None and rest.validate_only:
                     return resolution_answer(_map_refused(rest, refused, policy), True)
