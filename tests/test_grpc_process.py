@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 import pytest
@@ -436,6 +437,30 @@ def test_a_stop_while_one_worker_loads_the_policy_ends_it_at_once_and_cleanly(
         assert not any("Traceback" in line for line in server.raw), server.raw
     finally:
         server.stop()
+
+
+def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
+    """The start encodes host names ('idna'); a SIGTERM landing there reached the 'stopped' line
+    as "encoding with 'idna' codec failed (…: SIGTERM)", Python's re-raise of it, not SIGTERM."""
+    import codecs
+
+    from npu_resolver_server._cli import StoppedWhileStartingError, _stop_while_starting
+
+    def stop_inside(data: object, errors: str = "strict") -> NoReturn:
+        _stop_while_starting(signal.SIGTERM, None)
+        raise AssertionError("the stop handler returned")
+
+    def search(name: str) -> codecs.CodecInfo | None:
+        return codecs.CodecInfo(stop_inside, stop_inside, name=name) if name == "stopping" else None
+
+    codecs.register(search)
+    try:
+        with pytest.raises(StoppedWhileStartingError) as stop:
+            "host".encode("stopping")
+    finally:
+        codecs.unregister(search)
+    assert "codec failed" in str(stop.value)  # the re-raise this test is about
+    assert stop.value.signal_name == "SIGTERM"
 
 
 def test_a_reload_asked_for_while_the_workers_load_the_policy_is_neither_fatal_nor_lost(

@@ -199,7 +199,7 @@ def run_serve(namespace: argparse.Namespace) -> int:
         say(
             "stopped",
             logger="npu_resolver_server",
-            signal=str(stop),
+            signal=stop.signal_name,
             detail="the stop came while the server started: nothing to drain",
         )
         return 0
@@ -234,6 +234,16 @@ def _warn_unknown_variables(settings: ServerSettings) -> None:
 class StoppedWhileStartingError(BaseException):
     """A stop signal before the server serves: nothing to drain. A BaseException, so that no
     handler of start failures takes it for one."""
+
+    @property
+    def signal_name(self) -> str:
+        """The signal's name, also when the stop came inside a codec (the 'idna' of a host name):
+        Python re-raises it there as a new one of the same type, with the codec's message and
+        the stop as its cause."""
+        stop: BaseException = self
+        while isinstance(stop.__cause__, StoppedWhileStartingError):
+            stop = stop.__cause__
+        return str(stop)
 
 
 def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
