@@ -444,7 +444,7 @@ def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
     as "encoding with 'idna' codec failed (…: SIGTERM)", Python's re-raise of it, not SIGTERM."""
     import codecs
 
-    from npu_resolver_server._cli import StoppedWhileStartingError, _stop_while_starting
+    from npu_resolver_server._start_signals import StoppedWhileStartingError, _stop_while_starting
 
     def stop_inside(data: object, errors: str = "strict") -> NoReturn:
         _stop_while_starting(signal.SIGTERM, None)
@@ -461,6 +461,52 @@ def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
         codecs.unregister(search)
     assert "codec failed" in str(stop.value)  # the re-raise this test is about
     assert stop.value.signal_name == "SIGTERM"
+
+
+_LOST_STOP = """
+import asyncio, json, logging, os, signal, sys
+from npu_resolver_server import ServerSettings
+from npu_resolver_server._app import serve
+from npu_resolver_server._start_signals import hold_stops
+
+logging.basicConfig(level=logging.INFO)  # the worker's own set-up is not run here
+
+
+def send_stop() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10_000):  # the handler runs here, in the callback: asyncio only reports it
+        pass
+
+
+async def main() -> int:
+    asyncio.get_running_loop().call_soon(send_stop)
+    await asyncio.sleep(0.1)
+    settings = ServerSettings(port=int(sys.argv[1]), drain_delay_seconds=0, grace_seconds=1)
+    return await asyncio.wait_for(serve(settings), 20)
+
+
+hold_stops()
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_a_stop_whose_exception_python_only_reports_is_still_a_stop() -> None:
+    """A stop raises while the server starts; raised in an event-loop callback (or a finalizer)
+    Python reports the exception and goes on, and the server served on, deaf to the stop it
+    was sent. The stop is noted too, and the worker acts on it once its loop takes signals."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LOST_STOP, str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "StoppedWhileStartingError" in done.stderr, done.stderr  # reported, not raised
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", done.stdout
+    assert "draining" in done.stderr, done.stderr
 
 
 def test_a_reload_asked_for_while_the_workers_load_the_policy_is_neither_fatal_nor_lost(

@@ -34,11 +34,10 @@ from ._reload_marks import (
     WAIT_S,
     FailureCounter,
     ReloadMarks,
-    hold_sighup,
     now_ns,
-    sighup_held,
 )
 from ._servicer import SERVICE, Limits, ResolverService
+from ._start_signals import hold_sighup, sighup_held, stop_held
 from ._tls import server_credentials
 from .settings import HEALTH_SERVICE, ServerSettings
 
@@ -411,6 +410,9 @@ async def serve(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_stop, signal.Signals(signum).name)
+    held = stop_held()  # sent while it started, its exception lost where Python only reports it
+    if held:
+        on_stop(held)
     reloads: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
     def on_hup() -> None:

@@ -11,10 +11,10 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
 
 from pydantic import ValidationError
 
+from ._start_signals import StoppedWhileStartingError, hold_stops
 from .settings import (
     DEFAULT_DRAIN_DELAY_SECONDS,
     DEFAULT_GRACE_SECONDS,
@@ -157,11 +157,7 @@ def run_serve(namespace: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
         return 2
-    # Until the supervisor or the worker's event loop takes them: as a container's PID 1 the
-    # process has no default action for SIGTERM, which would be ignored while it starts; and a
-    # stop right after the first warnings is a stop, not a traceback.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop_while_starting)
+    hold_stops()  # until the supervisor or the worker's event loop takes them
     # A SIGHUP before the policy is first read asks for nothing that reading it will not do; its
     # default action would end the start (the worker and the supervisor take it over later).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -229,25 +225,6 @@ def _warn_unknown_variables(settings: ServerSettings) -> None:
             detail="not a setting of this server; it has no effect"
             + (f" (did you mean {close[0]}?)" if close else ""),
         )
-
-
-class StoppedWhileStartingError(BaseException):
-    """A stop signal before the server serves: nothing to drain. A BaseException, so that no
-    handler of start failures takes it for one."""
-
-    @property
-    def signal_name(self) -> str:
-        """The signal's name, also when the stop came inside a codec (the 'idna' of a host name):
-        Python re-raises it there as a new one of the same type, with the codec's message and
-        the stop as its cause."""
-        stop: BaseException = self
-        while isinstance(stop.__cause__, StoppedWhileStartingError):
-            stop = stop.__cause__
-        return str(stop)
-
-
-def _stop_while_starting(signum: int, frame: FrameType | None) -> None:
-    raise StoppedWhileStartingError(signal.Signals(signum).name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,10 +14,8 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import signal
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Final
 
 WAIT_S: Final = 10.0
@@ -25,24 +23,6 @@ WAIT_S: Final = 10.0
 DEADLINE_MARGIN_S: Final = 0.5
 """The wait ends this long before the call's deadline (or the drain's end), for the reply."""
 POLL_S: Final = 0.01
-_held: list[bool] = [False]
-
-
-def hold_sighup() -> None:
-    """Until a worker's event loop takes SIGHUP, note one instead of dying of it (its default
-    action): a reload asked for while the worker loads its policy, which can take seconds, must
-    neither kill it nor be lost."""
-    signal.signal(signal.SIGHUP, _note_sighup)
-
-
-def _note_sighup(signum: int, frame: FrameType | None) -> None:
-    _held[0] = True
-
-
-def sighup_held() -> bool:
-    """Whether a SIGHUP came while held (and forget it)."""
-    held, _held[0] = _held[0], False
-    return held
 
 
 def now_ns() -> int:

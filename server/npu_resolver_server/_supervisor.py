@@ -32,7 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ._reload_marks import alive, beat_name, forget, hold_sighup, last_beat
+from ._reload_marks import alive, beat_name, forget, last_beat
+from ._start_signals import hold_sighup
 from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
