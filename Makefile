@@ -14,7 +14,7 @@ BUF = $(PYTHON) scripts/buf.py
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet -e '.[dev,tracing]'
 	@touch $(STAMP)
 
 # The project alone, for `make run`: a first start does not wait for the development tools

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -113,8 +113,11 @@ class ProcessServer:
         env: dict[str, str] | None = None,
         launcher: Sequence[str] = (),
         own_group: bool = False,
+        stdout: Path | None = None,
     ) -> None:
         self.port = free_port()
+        self.stdout = stdout
+        """A file for what the server prints on its standard output (nothing, by default)."""
         self.launcher = list(launcher)
         """A command that execs the server's (its arguments follow), as a job's launcher would."""
         self.own_group = own_group
@@ -174,16 +177,23 @@ class ProcessServer:
 
     def start(self, ready_events: int = 1) -> ProcessServer:
         host = [] if "--host" in self.args else ["--host", "127.0.0.1"]
-        self.proc = subprocess.Popen(
-            [*self.launcher, sys.executable, "-m", "npu_resolver_server", *host, *self.args],
-            cwd=ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=self.own_group,
-        )
+        out: int | IO[str] = subprocess.DEVNULL
+        if self.stdout is not None:
+            out = self.stdout.open("w")  # the child writes to its own copy; ours is closed below
+        try:
+            self.proc = subprocess.Popen(
+                [*self.launcher, sys.executable, "-m", "npu_resolver_server", *host, *self.args],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=self.own_group,
+            )
+        finally:
+            if not isinstance(out, int):
+                out.close()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.wait_for("serving", ready_events)

@@ -1,15 +1,21 @@
-"""`serve --tracing` is opt-in: without the extra installed it says what to install.
+"""`serve --tracing` is opt-in: without the extra installed it says what to install, and the
+spans go where OpenTelemetry's standard variables say.
 
-Whether the extra is installed here does not matter: its absence is simulated."""
+The extra's absence is simulated where it matters; the one test that serves spans needs it."""
 
 from __future__ import annotations
 
 import importlib.util
+import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from npu_resolver_client import ResolverClient
 from npu_resolver_server import _app, _cli, _tracing
+from tests._server import ProcessServer, free_port
 
 
 def _no_server(*args: Any, **kwargs: Any) -> int:
@@ -39,3 +45,116 @@ def test_missing_packages_names_each_distribution_whose_module_is_absent(
     assert _tracing.missing_packages() == ["opentelemetry-instrumentation-grpc"]
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: object())
     assert _tracing.missing_packages() == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "problem"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER names zipkin"),
+        ({"OTEL_TRACES_EXPORTER": "console,jaeger"}, "names jaeger"),
+        ({"OTEL_TRACES_EXPORTER": "none,otlp"}, "none cannot be given with an exporter"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTLP protocol http/json"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc/web"}, "OTLP protocol grpc/web"),
+    ],
+)
+def test_exporter_variables_the_server_cannot_honour_stop_the_start_naming_them(
+    environ: dict[str, str],
+    problem: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spans sent quietly to localhost:4317 when the operator asked for another exporter are
+    lost spans: the start stops (exit 2) and says which value it cannot honour."""
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(_app, "run_worker", _no_server)
+    assert _cli.main(["--port", "0", "--tracing"]) == 2
+    assert problem in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("environ", "names", "otlp_package"),
+    [
+        ({}, ("otlp",), "opentelemetry-exporter-otlp-proto-grpc"),
+        ({"OTEL_TRACES_EXPORTER": " Console , otlp "}, ("console", "otlp"), "-grpc"),
+        ({"OTEL_TRACES_EXPORTER": "none"}, ("none",), None),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ("console",), None),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            },
+            ("otlp",),
+            "opentelemetry-exporter-otlp-proto-http",
+        ),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ("otlp",), "-http"),
+    ],
+)
+def test_the_exporters_and_the_package_they_need_follow_the_standard_variables(
+    environ: dict[str, str],
+    names: tuple[str, ...],
+    otlp_package: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the SDK reads them: comma-separated, any case, blank means otlp; the traces protocol
+    before the general one. Only the OTLP exporter asked for must be installed."""
+    assert _tracing.exporter_names(environ) == names
+    assert _tracing.settings_problem(environ) is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    missing = _tracing.missing_packages(environ)
+    assert missing[:2] == ["opentelemetry-sdk", "opentelemetry-instrumentation-grpc"]
+    otlp = [package for package in missing if "otlp" in package]
+    if otlp_package is None:
+        assert otlp == []
+    else:
+        assert len(otlp) == 1 and otlp[0].endswith(otlp_package)
+
+
+@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
+def test_spans_go_where_otel_traces_exporter_says_and_a_stop_does_not_lose_them(
+    tmp_path: Path,
+) -> None:
+    """OTEL_TRACES_EXPORTER=console prints each call's span; a worker leaves with os._exit,
+    which skips the SDK's own flush at exit, so the spans it holds are sent as it stops (the
+    batch would wait five seconds; the stop comes sooner)."""
+    spans = tmp_path / "spans.out"
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "resolver-under-test"}
+    server = ProcessServer(["--workers", "2", "--tracing"], env=env, stdout=spans)
+    try:
+        server.start(ready_events=2)
+        with ResolverClient(server.target) as client:
+            answer = client.resolve("atlas-a2", {"hccl_timeout": 600})
+        assert answer.ok
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.raw
+    finally:
+        server.stop()
+    printed = spans.read_text()
+    assert "/npu.resolver.v1.Resolver/Resolve" in printed, printed
+    assert "resolver-under-test" in printed
+
+
+@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
+def test_a_collector_that_does_not_answer_does_not_hold_the_stop() -> None:
+    """The OTLP exporter retries a collector for OTEL_EXPORTER_OTLP_TIMEOUT; at a stop the spans
+    held get FLUSH_S to leave, then are dropped, rather than the stop waiting out the retries
+    (past a pod's grace period, the kubelet's SIGKILL would end it anyway)."""
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "60",
+    }
+    server = ProcessServer(["--tracing", "--drain-delay-seconds", "0"], env=env)
+    try:
+        server.start()
+        with ResolverClient(server.target) as client:
+            assert client.resolve("atlas-a2", {"hccl_timeout": 600}).ok
+        began = time.monotonic()
+        server.signal(signal.SIGTERM)
+        assert server.wait(60) == 0, server.raw
+        assert time.monotonic() - began < _tracing.FLUSH_S + 15, "the stop waited for the retries"
+    finally:
+        server.stop()

@@ -517,10 +517,11 @@ def run_worker(
     pid, for a worker of --workers (it stops when the supervisor is gone)."""
     hold_sighup()
     _logging.configure(settings.log_level, settings.call_log)
+    flush_spans = None
     if settings.tracing:  # per worker, after any fork: span exporters run threads
         from ._tracing import start_tracing
 
-        start_tracing()
+        flush_spans = start_tracing()
     metrics = None
     if settings.metrics_port:
         # Taken by the first worker to see a failure (a worker whose start fails sees none),
@@ -544,6 +545,8 @@ def run_worker(
         )
     finally:
         _logging.flush_calls()  # a worker leaves with os._exit: atexit would not write them
+        if flush_spans is not None:
+            flush_spans()
 
 
 def _start_failed(error: str, worker: int) -> None:

@@ -164,8 +164,12 @@ def run_serve(namespace: argparse.Namespace) -> int:
     try:
         _warn_unknown_variables(settings)
         if settings.tracing:
-            from ._tracing import missing_packages
+            from ._tracing import missing_packages, settings_problem
 
+            problem = settings_problem(os.environ)
+            if problem:
+                print(f"npu-resolve serve: --tracing: {problem}", file=sys.stderr)
+                return 2
             missing = missing_packages()
             if missing:
                 print(
