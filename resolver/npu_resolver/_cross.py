@@ -754,8 +754,31 @@ def cache_dir_beats_cache_path(state: State) -> None:
     """R-OCD-1: op_compiler_cache_dir > $ASCEND_CACHE_PATH/kernel_cache > $HOME/atc_data. With
     the folder option in force the variable does nothing: said, as for an option's own
     variable, so that a job does not look for its cache where the variable points."""
-    slot = state.slots.get("op_compiler_cache_dir")
-    if slot is None or not state.env_path("ASCEND_CACHE_PATH"):
+    _folder_beats_variable(
+        state,
+        "op_compiler_cache_dir",
+        "ASCEND_CACHE_PATH",
+        "R-OCD-1",
+        "the cache is in its kernel_cache folder",
+    )
+
+
+def debug_dir_beats_work_path(state: State) -> None:
+    """R-DBG-1: 「配置参数“debug_dir” > 环境变量ASCEND_WORK_PATH > 默认存储路径」. The variable
+    still places the other files it names (dumps, the fusion result), not the debug files."""
+    _folder_beats_variable(
+        state,
+        "debug_dir",
+        "ASCEND_WORK_PATH",
+        "R-DBG-1",
+        "the operator compile's debug files go there (the variable still places the other "
+        "files it names)",
+    )
+
+
+def _folder_beats_variable(state: State, option: str, var: str, rule: str, where: str) -> None:
+    slot = state.slots.get(option)
+    if slot is None or not state.env_path(var):
         return
     winner = {
         Source.POLICY: "the policy's default",
@@ -763,10 +786,10 @@ def cache_dir_beats_cache_path(state: State) -> None:
     }.get(slot.source, "the explicit")
     state.emit(
         Code.ENV_OVERRIDDEN,
-        "op_compiler_cache_dir",
-        "R-OCD-1",
-        f"ASCEND_CACHE_PATH is set but {winner} op_compiler_cache_dir {show(slot.value)} wins: "
-        "the cache is in its kernel_cache folder; remove one of them to avoid confusion.",
+        option,
+        rule,
+        f"{var} is set but {winner} {option} {show(slot.value)} wins: {where}; remove one of "
+        "them to avoid confusion.",
     )
 
 
@@ -825,6 +848,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
     CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),
     CrossRule("R-OCD-1", Stage.FINAL, cache_dir_beats_cache_path),
+    CrossRule("R-DBG-1", Stage.FINAL, debug_dir_beats_work_path),
     CrossRule("R-OCC-4", Stage.FINAL, cache_size_variables),
 )
 
