@@ -1532,6 +1532,23 @@ def test_set_gives_a_str_option_its_text_without_reading_it_as_json() -> None:
     assert [d["code"] for d in out["diagnostics"] if d["code"] == "NORMALIZED"] == []
 
 
+def test_set_reads_a_str_or_path_option_written_as_a_json_string_as_its_content() -> None:
+    """Quoted past the shell ('precision_mode_v2="origin"'), a str option's value was refused
+    with its quotes, while hccl_timeout='"600"' was read as 600: a JSON string is its content
+    for every type; text that only looks quoted stays as written."""
+    code, out = resolve_json(
+        "--product", "atlas-training", "--set", 'precision_mode_v2="origin"', 'aoe_mode="2"',
+        'debug_dir="/my dir"', 'optypelist_for_implmode="Pooling"',
+    )  # fmt: skip
+    assert code == 0, out
+    assert out["options"]["precision_mode_v2"] == "origin" and out["options"]["aoe_mode"] == "2"
+    assert out["options"]["debug_dir"] == "/my dir"
+    assert out["provenance"]["precision_mode_v2"]["source"] == "USER"
+    assert "requested" not in out["provenance"]["precision_mode_v2"]
+    code, out = resolve_json("--product", "atlas-training", "--set", 'debug_dir="a"b"')
+    assert out["options"]["debug_dir"] == '"a"b"'  # not a JSON string: the text itself
+
+
 def test_env_splits_at_the_first_equals_sign_so_values_may_hold_one() -> None:
     proc = run(
         "resolve", "--product", "atlas-a2", "--env", "ASCEND_WORK_PATH=/w/a=b", "--format", "json"

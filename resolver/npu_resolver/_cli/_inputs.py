@@ -5,6 +5,7 @@ with it is a UsageError (exit status 2) naming the flag or file."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import stat
@@ -81,7 +82,16 @@ def _loads(text: str) -> JSON:
 def _typed(name: str, text: str) -> JSON:
     """A --set value in the option's own type, so that typing it is not 'normalizing' it."""
     option = CATALOG.by_name.get(name)
-    if option is None or option.type in (OptType.STR, OptType.PATH):
+    if option is None:
+        return text
+    if option.type in (OptType.STR, OptType.PATH):
+        # Text as written; a JSON string ('precision_mode_v2="origin"', quoted past the shell)
+        # is its content, as `"600"` is for an int option.
+        if len(text) >= 2 and text[0] == text[-1] == '"':
+            with contextlib.suppress(ValueError):
+                decoded = _loads(text)
+                if isinstance(decoded, str):
+                    return decoded
         return text
     try:
         return _loads(text)
