@@ -444,7 +444,11 @@ def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
     as "encoding with 'idna' codec failed (…: SIGTERM)", Python's re-raise of it, not SIGTERM."""
     import codecs
 
-    from npu_resolver_server._start_signals import StoppedWhileStartingError, _stop_while_starting
+    from npu_resolver_server._start_signals import (
+        StoppedWhileStartingError,
+        _stop_while_starting,
+        stop_held,
+    )
 
     def stop_inside(data: object, errors: str = "strict") -> NoReturn:
         _stop_while_starting(signal.SIGTERM, None)
@@ -459,45 +463,59 @@ def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
             "host".encode("stopping")
     finally:
         codecs.unregister(search)
+        assert stop_held() == "SIGTERM"  # noted too; forgotten here, as this process serves on
     assert "codec failed" in str(stop.value)  # the re-raise this test is about
     assert stop.value.signal_name == "SIGTERM"
 
 
 _LOST_STOP = """
-import asyncio, json, logging, os, signal, sys
-from npu_resolver_server import ServerSettings
+import asyncio, json, os, signal, sys
+from npu_resolver_server import ServerSettings, _logging
 from npu_resolver_server._app import serve
 from npu_resolver_server._start_signals import hold_stops
+from npu_resolver_server._supervisor import run_workers
 
-logging.basicConfig(level=logging.INFO)  # the worker's own set-up is not run here
+_logging.configure("INFO", "all")  # as a worker's start sets it up
 
 
 def send_stop() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
-    for _ in range(10_000):  # the handler runs here, in the callback: asyncio only reports it
+    for _ in range(10_000):  # the handler runs here, where Python only reports its exception
         pass
 
 
-async def main() -> int:
-    asyncio.get_running_loop().call_soon(send_stop)
+class SendsStop:
+    def __del__(self) -> None:
+        send_stop()
+
+
+async def one_worker(settings: ServerSettings) -> int:
+    asyncio.get_running_loop().call_soon(send_stop)  # in an event-loop callback
     await asyncio.sleep(0.1)
-    settings = ServerSettings(port=int(sys.argv[1]), drain_delay_seconds=0, grace_seconds=1)
     return await asyncio.wait_for(serve(settings), 20)
 
 
+settings = ServerSettings(port=int(sys.argv[2]), workers=2 if sys.argv[1] == "workers" else 1)
 hold_stops()
-print(json.dumps(asyncio.run(main())))
+if sys.argv[1] == "workers":
+    SendsStop()  # in a finalizer
+    code = run_workers(settings)
+else:
+    code = asyncio.run(one_worker(settings))
+print(json.dumps(code))
 """
 
 
-def test_a_stop_whose_exception_python_only_reports_is_still_a_stop() -> None:
-    """A stop raises while the server starts; raised in an event-loop callback (or a finalizer)
+@pytest.mark.parametrize("where", ["one", "workers"])
+def test_a_stop_whose_exception_python_only_reports_is_still_a_stop(where: str) -> None:
+    """A stop raises while the server starts; raised in an event-loop callback or a finalizer,
     Python reports the exception and goes on, and the server served on, deaf to the stop it
-    was sent. The stop is noted too, and the worker acts on it once its loop takes signals."""
+    was sent (under a supervisor, each worker took the inherited stop and was restarted, over
+    and over). The stop is noted too: the process that takes the signals over ends at once."""
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-c", _LOST_STOP, str(free_port())],
+        [sys.executable, "-c", _LOST_STOP, where, str(free_port())],
         capture_output=True,
         text=True,
         timeout=60,
@@ -506,7 +524,9 @@ def test_a_stop_whose_exception_python_only_reports_is_still_a_stop() -> None:
     assert "StoppedWhileStartingError" in done.stderr, done.stderr  # reported, not raised
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", done.stdout
-    assert "draining" in done.stderr, done.stderr
+    assert "stopped" in done.stderr and "nothing to drain" in done.stderr, done.stderr
+    for event in ("serving", "draining", "worker_started"):
+        assert event not in done.stderr, done.stderr
 
 
 def test_a_reload_asked_for_while_the_workers_load_the_policy_is_neither_fatal_nor_lost(

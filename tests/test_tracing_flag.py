@@ -6,6 +6,7 @@ The extra's absence is simulated where it matters; the one test that serves span
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import time
 from pathlib import Path
@@ -16,6 +17,13 @@ import pytest
 from npu_resolver_client import ResolverClient
 from npu_resolver_server import _app, _cli, _tracing
 from tests._server import ProcessServer, free_port
+
+
+@pytest.fixture(autouse=True)
+def _no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the developer's shell exports must not decide these tests."""
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
 
 
 def _no_server(*args: Any, **kwargs: Any) -> int:
@@ -65,9 +73,6 @@ def test_exporter_variables_the_server_cannot_honour_stop_the_start_naming_them(
 ) -> None:
     """Spans sent quietly to localhost:4317 when the operator asked for another exporter are
     lost spans: the start stops (exit 2) and says which value it cannot honour."""
-    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(_app, "run_worker", _no_server)
@@ -158,3 +163,18 @@ def test_a_collector_that_does_not_answer_does_not_hold_the_stop() -> None:
         assert time.monotonic() - began < _tracing.FLUSH_S + 15, "the stop waited for the retries"
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_otel_value_the_sdk_refuses_stops_the_start_with_exit_2(workers: str) -> None:
+    """OTEL_EXPORTER_OTLP_TIMEOUT=abc made the exporter raise: a traceback and exit 1 for one
+    worker, workers failing and restarted until they 'keep dying' for several. A start
+    failure is said as one: the value, exit 2, no restarts."""
+    env = {"OTEL_EXPORTER_OTLP_TIMEOUT": "abc"}
+    server = ProcessServer(["--tracing", "--workers", workers], env=env)
+    assert server.start_refused() == 2
+    failed = server.events("start_failed")
+    assert failed and "--tracing" in failed[0]["error"] and "abc" in failed[0]["error"], server.raw
+    assert not server.events("worker_failed") and not server.events("workers_keep_dying")
+    assert not any("Traceback" in line for line in server.raw), server.raw

@@ -37,7 +37,7 @@ from ._reload_marks import (
     now_ns,
 )
 from ._servicer import SERVICE, Limits, ResolverService
-from ._start_signals import hold_sighup, sighup_held, stop_held
+from ._start_signals import STOPPED_DETAIL, hold_sighup, sighup_held, stop_held
 from ._tls import server_credentials
 from .settings import HEALTH_SERVICE, ServerSettings
 
@@ -411,8 +411,13 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_stop, signal.Signals(signum).name)
     held = stop_held()  # sent while it started, its exception lost where Python only reports it
-    if held:
-        on_stop(held)
+    if held:  # nothing served yet: nothing to drain
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await built.stop(0, delay=0)
+        fields = {"event": "stopped", "signal": held, "detail": STOPPED_DETAIL, "worker": worker}
+        log.info("stopped", extra={"fields": fields})
+        return 0
     reloads: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
     def on_hup() -> None:
@@ -521,7 +526,11 @@ def run_worker(
     if settings.tracing:  # per worker, after any fork: span exporters run threads
         from ._tracing import start_tracing
 
-        flush_spans = start_tracing()
+        try:
+            flush_spans = start_tracing()
+        except Exception as exc:  # an OTEL_* value the SDK refuses (a timeout 'abc')
+            _start_failed(f"--tracing: {type(exc).__name__}: {exc}", worker)
+            return 2
     metrics = None
     if settings.metrics_port:
         # Taken by the first worker to see a failure (a worker whose start fails sees none),

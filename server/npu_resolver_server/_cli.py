@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from ._start_signals import StoppedWhileStartingError, hold_stops
+from ._start_signals import STOPPED_DETAIL, StoppedWhileStartingError, hold_stops
 from .settings import (
     DEFAULT_DRAIN_DELAY_SECONDS,
     DEFAULT_GRACE_SECONDS,
@@ -200,7 +200,7 @@ def run_serve(namespace: argparse.Namespace) -> int:
             "stopped",
             logger="npu_resolver_server",
             signal=stop.signal_name,
-            detail="the stop came while the server started: nothing to drain",
+            detail=STOPPED_DETAIL,
         )
         return 0
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
+STOPPED_DETAIL = "the stop came while the server started: nothing to drain"
+"""The 'stopped' line's detail for a stop before serving, whichever process took it."""
+
 _sighup: list[bool] = [False]
 _stops: list[str] = []
 

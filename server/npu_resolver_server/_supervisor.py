@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Final
 
 from ._reload_marks import alive, beat_name, forget, last_beat
-from ._start_signals import hold_sighup
+from ._start_signals import STOPPED_DETAIL, hold_sighup, stop_held
 from .settings import LogLevel, ServerSettings
 
 RESTART_WINDOW_S: Final = 60.0
@@ -87,6 +87,7 @@ def _child(
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         hold_sighup()  # a reload asked for while it starts is noted, not its end
+        stop_held()  # the supervisor's, if any: this worker was sent none
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         for fd in inherited:
             with contextlib.suppress(OSError):
@@ -326,6 +327,10 @@ class Supervisor:
         # the supervisor by its default action.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._forward)
+        held = stop_held()  # sent while it started, its exception lost where Python reports it
+        if held:
+            say("stopped", signal=held, detail=STOPPED_DETAIL)
+            return 0
         problem = ports_problem(self.settings)
         if problem:  # another server listens there: never share it silently
             say("start_failed", "ERROR", error=problem)

@@ -123,7 +123,7 @@ def start_tracing(environ: Mapping[str, str] | None = None) -> Callable[[], None
             continue
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    GrpcAioInstrumentorServer().instrument()  # type: ignore[no-untyped-call]
+    GrpcAioInstrumentorServer().instrument()  # type: ignore[no-untyped-call, unused-ignore]
 
     def flush() -> None:
         sending = threading.Thread(target=provider.shutdown, name="span-flush", daemon=True)
