@@ -1545,8 +1545,11 @@ def test_set_reads_a_str_or_path_option_written_as_a_json_string_as_its_content(
     assert out["options"]["debug_dir"] == "/my dir"
     assert out["provenance"]["precision_mode_v2"]["source"] == "USER"
     assert "requested" not in out["provenance"]["precision_mode_v2"]
-    code, out = resolve_json("--product", "atlas-training", "--set", 'debug_dir="a"b"')
-    assert out["options"]["debug_dir"] == '"a"b"'  # not a JSON string: the text itself
+    code, out = resolve_json("--product", "atlas-training", "--set", 'precision_mode_v2= "origin" ')
+    assert out["options"]["precision_mode_v2"] == "origin"
+    for written in ('"a"b"', '"C:\\temp"', '"/data/a\\d"', '"'):  # kept as written, whole
+        code, out = resolve_json("--product", "atlas-training", "--set", f"debug_dir={written}")
+        assert out["options"]["debug_dir"] == written
 
 
 def test_env_splits_at_the_first_equals_sign_so_values_may_hold_one() -> None:

@@ -7,6 +7,7 @@ the working state. The table order is the order in which they act within a stage
 from __future__ import annotations
 
 import enum
+import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -759,26 +760,31 @@ def cache_dir_beats_cache_path(state: State) -> None:
         "op_compiler_cache_dir",
         "ASCEND_CACHE_PATH",
         "R-OCD-1",
-        "the cache is in its kernel_cache folder",
+        "the cache is in its kernel_cache folder; remove one of them to avoid confusion.",
     )
 
 
 def debug_dir_beats_work_path(state: State) -> None:
     """R-DBG-1: 「配置参数“debug_dir” > 环境变量ASCEND_WORK_PATH > 默认存储路径」. The variable
-    still places the other files it names (dumps, the fusion result), not the debug files."""
+    still places the other files it names (dumps, the fusion result): no removal is advised."""
     _folder_beats_variable(
         state,
         "debug_dir",
         "ASCEND_WORK_PATH",
         "R-DBG-1",
-        "the operator compile's debug files go there (the variable still places the other "
-        "files it names)",
+        "the operator compile's debug files go there; the variable still places the other "
+        "files it names.",
     )
 
 
-def _folder_beats_variable(state: State, option: str, var: str, rule: str, where: str) -> None:
+def _folder_beats_variable(state: State, option: str, var: str, rule: str, then: str) -> None:
+    """A folder option in force beside the variable it outranks: said (ENV_OVERRIDDEN, as for
+    an option's own variable), unless both name the same folder. `then`: what follows."""
     slot = state.slots.get(option)
-    if slot is None or not state.env_path(var):
+    path = state.env_path(var)
+    if slot is None or not path:
+        return
+    if isinstance(slot.value, str) and posixpath.normpath(slot.value) == posixpath.normpath(path):
         return
     winner = {
         Source.POLICY: "the policy's default",
@@ -788,8 +794,7 @@ def _folder_beats_variable(state: State, option: str, var: str, rule: str, where
         Code.ENV_OVERRIDDEN,
         option,
         rule,
-        f"{var} is set but {winner} {option} {show(slot.value)} wins: {where}; remove one of "
-        "them to avoid confusion.",
+        f"{var} is set but {winner} {option} {show(slot.value)} wins: {then}",
     )
 
 

@@ -5,7 +5,6 @@ with it is a UsageError (exit status 2) naming the flag or file."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import select
 import stat
@@ -85,13 +84,13 @@ def _typed(name: str, text: str) -> JSON:
     if option is None:
         return text
     if option.type in (OptType.STR, OptType.PATH):
-        # Text as written; a JSON string ('precision_mode_v2="origin"', quoted past the shell)
-        # is its content, as `"600"` is for an int option.
-        if len(text) >= 2 and text[0] == text[-1] == '"':
-            with contextlib.suppress(ValueError):
-                decoded = _loads(text)
-                if isinstance(decoded, str):
-                    return decoded
+        # Text as written; quoted past the shell ('precision_mode_v2="origin"') it is what the
+        # quotes hold, as `"600"` is 600 for an int option. Not when it holds a backslash or a
+        # quote: read as JSON, '"C:\temp"' would silently hold a tab.
+        quoted = text.strip()
+        inner = quoted[1:-1]
+        if len(quoted) >= 2 and quoted[0] == quoted[-1] == '"' and not {'"', "\\"} & set(inner):
+            return inner
         return text
     try:
         return _loads(text)
