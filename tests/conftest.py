@@ -9,9 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from npu_resolver import Resolution, Source
 from tests._server import grpc_server, grpc_target  # noqa: F401 - shared session fixtures
+
+# Property tests judge answers, not timings: a loaded machine can pause a test for a second or
+# more, and hypothesis's per-example deadline (200 ms) and too-slow check then fail correct code
+# ("Unreliable test timings"). Loaded before any test module builds its own settings from it.
+settings.register_profile(
+    "answers-not-timings", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("answers-not-timings")
 
 # The server's settings read NPU_RESOLVER_* from the environment: the shell the tests run in
 # (NPU_RESOLVER_HOST=0.0.0.0, say) must not move the servers they start off 127.0.0.1 or
