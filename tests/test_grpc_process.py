@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -393,17 +393,32 @@ def test_a_stop_while_the_workers_load_the_policy_is_a_clean_stop(tmp_path: Path
     that is the stop asked for, exit 0, not a worker failure (exit 1, WARNING lines)."""
     policy = tmp_path / "policy.toml"
     policy.write_text(_slow_policy(3600, profiles=12000))  # a load of seconds, not a race
-    server = ProcessServer(["--workers", "2", "--policy", str(policy)])
-    try:
-        server.start(ready_events=0)
-        server.wait_for("worker_started", 2)
-        server.signal(signal.SIGTERM)  # the workers are still reading the file
-        assert server.wait() == 0, server.raw
-        assert not server.events("serving"), "the stop came too late to test this"
-        exits = server.events("worker_exited")
-        assert len(exits) == 2 and {e["level"] for e in exits} == {"INFO"}, server.raw
-    finally:
-        server.stop()
+
+    def stop_while_loading() -> ProcessServer:
+        server = ProcessServer(["--workers", "2", "--policy", str(policy)])
+        try:
+            server.start(ready_events=0)
+            server.wait_for("worker_started", 2)
+            server.signal(signal.SIGTERM)  # the workers are still reading the file
+            assert server.wait() == 0, server.raw
+        finally:
+            server.stop()
+        return server
+
+    server = _stopped_before_serving(stop_while_loading)
+    exits = server.events("worker_exited")
+    assert len(exits) == 2 and {e["level"] for e in exits} == {"INFO"}, server.raw
+
+
+def _stopped_before_serving(attempt: Callable[[], ProcessServer]) -> ProcessServer:
+    """The server of the first attempt whose stop came before it served. A test paused for
+    seconds on a loaded machine sends its stop after the load, which tests nothing (and is no
+    failure): it tries again."""
+    for _ in range(3):
+        server = attempt()
+        if not server.events("serving"):
+            return server
+    raise AssertionError(f"the stop came too late to test this, three times: {server.raw}")
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -421,22 +436,26 @@ def test_a_stop_while_one_worker_loads_the_policy_ends_it_at_once_and_cleanly(
     server takes it from its first steps: exit 0 with a 'stopped' line, nothing to drain."""
     policy = tmp_path / "policy.toml"
     policy.write_text(_slow_policy(3600, profiles=12000))
-    server = ProcessServer(["--policy", str(policy)])
-    try:
-        server.start(ready_events=0)
-        assert server.proc is not None
-        deadline = time.monotonic() + 30
-        while not _catches(server.proc.pid, signal.SIGTERM):
-            assert time.monotonic() < deadline and server.proc.poll() is None, server.raw
-            time.sleep(0.005)
-        server.signal(signal.SIGTERM)
-        assert server.wait() == 0, server.raw
-        assert not server.events("serving"), "the stop came too late to test this"
-        stopped = server.events("stopped")
-        assert stopped and stopped[0]["signal"] == "SIGTERM", server.raw
-        assert not any("Traceback" in line for line in server.raw), server.raw
-    finally:
-        server.stop()
+
+    def stop_while_loading() -> ProcessServer:
+        server = ProcessServer(["--policy", str(policy)])
+        try:
+            server.start(ready_events=0)
+            assert server.proc is not None
+            deadline = time.monotonic() + 30
+            while not _catches(server.proc.pid, signal.SIGTERM):
+                assert time.monotonic() < deadline and server.proc.poll() is None, server.raw
+                time.sleep(0.005)
+            server.signal(signal.SIGTERM)
+            assert server.wait() == 0, server.raw
+        finally:
+            server.stop()
+        return server
+
+    server = _stopped_before_serving(stop_while_loading)
+    stopped = server.events("stopped")
+    assert stopped and stopped[0]["signal"] == "SIGTERM", server.raw
+    assert not any("Traceback" in line for line in server.raw), server.raw
 
 
 def test_a_stop_that_lands_inside_a_codec_still_names_its_signal() -> None:
@@ -831,7 +850,7 @@ def test_a_worker_stuck_before_it_serves_is_killed_and_restarted(tmp_path: Path)
     started that serves."""
     env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3", "NPU_RESOLVER_WORKER_START_SECONDS": "6"}
     policy = tmp_path / "policy.toml"
-    policy.write_text(_slow_policy(600))  # its reading holds the start a few hundred ms
+    policy.write_text(_slow_policy(600, profiles=12000))  # its reading holds the start seconds
     server = ProcessServer(["--workers", "2", "--policy", str(policy)], env=env)
     server.start(ready_events=0)
     stopped = 0
