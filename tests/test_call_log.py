@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import select
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -200,3 +201,44 @@ def test_a_forked_worker_leaves_the_parents_held_lines_to_the_parent() -> None:
         _logging.flush_calls()
         assert (held_in_parent, held_in_child) == (1, "0")
         assert _events(stream) == ["Resolve"]
+
+
+class _Writes(io.StringIO):
+    """A stream that keeps what each flush sent: one write(2) on a real pipe."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+        self._mark = 0
+
+    def flush(self) -> None:
+        text = self.getvalue()
+        if len(text) > self._mark:
+            self.sent.append(text[self._mark :])
+            self._mark = len(text)
+
+
+def test_call_lines_are_written_in_whole_lines_a_pipe_keeps_whole() -> None:
+    """The workers share one stderr pipe, which keeps a write whole only up to PIPE_BUF bytes:
+    a full buffer (32 KiB) written at once interleaved with another worker's write when the
+    reader lagged, and a log shipper got lines cut in two. Each write now holds whole lines,
+    at most PIPE_BUF bytes (non-ASCII text counted in bytes)."""
+    with _configured() as plain:
+        assert _logging._Sink.handler is not None
+        stream = _Writes()
+        _logging._Sink.handler.setStream(stream)
+
+        async def calls() -> None:  # held for one write, as a worker's event loop holds them
+            for i in range(400):
+                _logging.log_call(
+                    "Resolve", code="OK", latency_s=0.001, product=f"atlas-é{i}", ok=True
+                )
+
+        asyncio.run(calls())
+        _logging.flush_calls()
+    assert plain.getvalue() == ""
+    assert len(stream.sent) > 1
+    for sent in stream.sent:
+        assert len(sent.encode()) <= select.PIPE_BUF and sent.endswith("\n")
+    lines = "".join(stream.sent).splitlines()
+    assert [json.loads(line)["product"] for line in lines] == [f"atlas-é{i}" for i in range(400)]

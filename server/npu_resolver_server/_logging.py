@@ -18,9 +18,11 @@ import atexit
 import json
 import logging
 import os
+import select
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
 CALL_LOGGER = "npu_resolver_server.calls"
@@ -50,6 +52,10 @@ class JsonFormatter(logging.Formatter):
 
 FLUSH_DELAY_S: Final = 0.1
 FLUSH_CHARS: Final = 32 * 1024
+WRITE_BYTES: Final = select.PIPE_BUF
+"""The most one write holds: a pipe shared by the workers (their stderr) keeps a write whole
+only up to PIPE_BUF bytes (4 KiB on Linux); a 32 KiB write interleaved with another worker's
+when the reader lagged, cutting lines in two."""
 
 
 class _Sink:
@@ -191,14 +197,31 @@ def flush_calls() -> None:
         if not lines:
             return
         try:
-            handler.stream.write("".join(lines))
-            handler.stream.flush()
+            for chunk in _whole_lines(lines, WRITE_BYTES):
+                handler.stream.write(chunk)
+                handler.stream.flush()  # one write(2) a chunk
         except Exception:
             handler.handleError(
                 logging.makeLogRecord({"msg": f"{len(lines)} call log lines could not be written"})
             )
     finally:
         handler.release()
+
+
+def _whole_lines(lines: list[str], size: int) -> Iterator[str]:
+    """The lines joined into chunks of at most `size` bytes, each of whole lines (a longer line
+    is a chunk of its own)."""
+    chunk: list[str] = []
+    held = 0
+    for line in lines:
+        length = len(line) if line.isascii() else len(line.encode())
+        if chunk and held + length > size:
+            yield "".join(chunk)
+            chunk, held = [], 0
+        chunk.append(line)
+        held += length
+    if chunk:
+        yield "".join(chunk)
 
 
 atexit.register(flush_calls)
