@@ -190,20 +190,14 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         policy.write_text("bad = [[[")
         server.signal(signal.SIGHUP)
         server.wait_for("policy_reload_failed", 2)
-        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
-        failures = next(
-            line
-            for line in page.read().decode().splitlines()
-            if line.startswith("npu_resolver_policy_reload_failures_total ")
-        )
-        assert float(failures.rsplit(" ", 1)[1]) == 1
+        assert _reload_failures(metrics_port, 1) == 1
         # While the file on disk is refused, a gauge says so: a worker or pod started now
         # would not start, though the running ones serve the last good policy.
-        assert _metric(metrics_port, "npu_resolver_policy_reload_failing") == 1
+        assert _metric_soon(metrics_port, "npu_resolver_policy_reload_failing", 1) == 1
         policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
         server.signal(signal.SIGHUP)
         server.wait_for("policy_reload_recovered", 2)
-        assert _metric(metrics_port, "npu_resolver_policy_reload_failing") == 0
+        assert _metric_soon(metrics_port, "npu_resolver_policy_reload_failing", 0) == 0
 
         supervisor = server.pid
         server.signal(signal.SIGTERM)
@@ -244,6 +238,15 @@ def _metric(metrics_port: int, name: str) -> float:
     page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
     line = next(line for line in page.read().decode().splitlines() if line.startswith(name + " "))
     return float(line.rsplit(" ", 1)[1])
+
+
+def _metric_soon(metrics_port: int, name: str, expected: float) -> float:
+    """The series once it shows `expected` (a worker sets it just after its log line), or what
+    it shows after 5 s."""
+    deadline = time.monotonic() + 5
+    while _metric(metrics_port, name) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _metric(metrics_port, name)
 
 
 def _reload_failures(metrics_port: int, expected: float) -> float:
@@ -689,8 +692,8 @@ def test_workers_stop_when_their_supervisor_is_killed() -> None:
         while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(_running(pid) for pid in workers)
-        assert len(server.events("supervisor_gone")) == 2
-        draining = server.events("draining")
+        assert len(server.wait_for("supervisor_gone", 2)) == 2  # their last lines may lag
+        draining = server.wait_for("draining", 2)
         assert [e["signal"] for e in draining] == ["none: the supervisor is gone"] * 2
 
 
