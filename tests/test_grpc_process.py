@@ -395,30 +395,31 @@ def test_a_stop_while_the_workers_load_the_policy_is_a_clean_stop(tmp_path: Path
     """A worker still starting ends by the stop signal itself (its handlers are not set yet):
     that is the stop asked for, exit 0, not a worker failure (exit 1, WARNING lines)."""
     policy = tmp_path / "policy.toml"
-    policy.write_text(_slow_policy(3600, profiles=12000))  # a load of seconds, not a race
+    policy.write_text(_slow_policy(3600, profiles=12000))  # a load of about a second
 
-    def stop_while_loading() -> ProcessServer:
-        server = ProcessServer(["--workers", "2", "--policy", str(policy)])
-        try:
-            server.start(ready_events=0)
-            server.wait_for("worker_started", 2)
-            server.signal(signal.SIGTERM)  # the workers are still reading the file
-            assert server.wait() == 0, server.raw
-        finally:
-            server.stop()
-        return server
+    def loading(server: ProcessServer) -> None:
+        server.wait_for("worker_started", 2)  # the workers then read the file a while
 
-    server = _stopped_before_serving(stop_while_loading)
+    server = _stopped_before_serving(["--workers", "2", "--policy", str(policy)], loading)
     exits = server.events("worker_exited")
     assert len(exits) == 2 and {e["level"] for e in exits} == {"INFO"}, server.raw
 
 
-def _stopped_before_serving(attempt: Callable[[], ProcessServer]) -> ProcessServer:
-    """The server of the first attempt whose stop came before it served. A test paused for
-    seconds on a loaded machine sends its stop after the load, which tests nothing (and is no
-    failure): it tries again."""
+def _stopped_before_serving(
+    args: list[str], loading: Callable[[ProcessServer], None]
+) -> ProcessServer:
+    """A server sent SIGTERM once `loading` returns, stopped with exit 0 before it served. A
+    test paused for seconds on a loaded machine sends its stop after the load, which tests
+    nothing (and is no failure): it tries again, three times in all."""
     for _ in range(3):
-        server = attempt()
+        server = ProcessServer(args)
+        try:
+            server.start(ready_events=0)
+            loading(server)
+            server.signal(signal.SIGTERM)
+            assert server.wait() == 0, server.raw
+        finally:
+            server.stop()
         if not server.events("serving"):
             return server
     raise AssertionError(f"the stop came too late to test this, three times: {server.raw}")
@@ -440,22 +441,14 @@ def test_a_stop_while_one_worker_loads_the_policy_ends_it_at_once_and_cleanly(
     policy = tmp_path / "policy.toml"
     policy.write_text(_slow_policy(3600, profiles=12000))
 
-    def stop_while_loading() -> ProcessServer:
-        server = ProcessServer(["--policy", str(policy)])
-        try:
-            server.start(ready_events=0)
-            assert server.proc is not None
-            deadline = time.monotonic() + 30
-            while not _catches(server.proc.pid, signal.SIGTERM):
-                assert time.monotonic() < deadline and server.proc.poll() is None, server.raw
-                time.sleep(0.005)
-            server.signal(signal.SIGTERM)
-            assert server.wait() == 0, server.raw
-        finally:
-            server.stop()
-        return server
+    def loading(server: ProcessServer) -> None:  # once the start takes SIGTERM, not before
+        assert server.proc is not None
+        deadline = time.monotonic() + 30
+        while not _catches(server.proc.pid, signal.SIGTERM):
+            assert time.monotonic() < deadline and server.proc.poll() is None, server.raw
+            time.sleep(0.005)
 
-    server = _stopped_before_serving(stop_while_loading)
+    server = _stopped_before_serving(["--policy", str(policy)], loading)
     stopped = server.events("stopped")
     assert stopped and stopped[0]["signal"] == "SIGTERM", server.raw
     assert not any("Traceback" in line for line in server.raw), server.raw
@@ -853,7 +846,7 @@ def test_a_worker_stuck_before_it_serves_is_killed_and_restarted(tmp_path: Path)
     started that serves."""
     env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3", "NPU_RESOLVER_WORKER_START_SECONDS": "6"}
     policy = tmp_path / "policy.toml"
-    policy.write_text(_slow_policy(600, profiles=12000))  # its reading holds the start seconds
+    policy.write_text(_slow_policy(600, profiles=12000))  # its reading holds the start ~1 s
     server = ProcessServer(["--workers", "2", "--policy", str(policy)], env=env)
     server.start(ready_events=0)
     stopped = 0
