@@ -728,13 +728,13 @@ def check_all_parsers(text: str) -> None:
         assert not any("could not be parsed" in issue.message for issue in result.issues)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.text(max_size=200))
 def test_property_random_text_never_raises(text: str) -> None:
     check_all_parsers(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=200))
 def test_property_random_bytes_never_raise(data: bytes) -> None:
     text, issue = decode_attachment(data)
@@ -743,20 +743,20 @@ def test_property_random_bytes_never_raise(data: bytes) -> None:
         check_all_parsers(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.sampled_from(_LINE_TOKENS) | st.text(max_size=4), max_size=40))
 def test_property_token_soup_never_raises(tokens: list[str]) -> None:
     check_all_parsers("".join(tokens))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(_json_values, st.booleans())
 def test_property_json_shapes_never_raise(value: object, comment: bool) -> None:
     text = json.dumps(value, indent=1)
     check_all_parsers(text + "// end" if comment else text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.text(max_size=60))
 def test_property_path_check_never_raises(path: str) -> None:
     issue = check_path_chars(path)

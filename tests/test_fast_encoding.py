@@ -18,7 +18,7 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -34,7 +34,7 @@ from tests._server import ThreadServer
 from tests.test_grpc_wire import IDS, RESULTS
 from tests.test_properties import requests as resolve_requests
 
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=300)
 
 
 def assert_same_message(written: bytes, resolution: Resolution) -> None:
@@ -325,7 +325,7 @@ def _call_lines(product: str, ok: bool | None, codes: tuple[str, ...]) -> list[s
     return stream.getvalue().removesuffix("\n").split("\n")  # not splitlines: U+2028 is text
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     st.text(max_size=12) | st.sampled_from(['a"b\\c', "é\n\t\x00\u2028", "\U0001f600"]),
     st.sampled_from([True, False, None]),

@@ -8,7 +8,7 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npu_resolver import (
@@ -45,7 +45,7 @@ VIEWS = [
     for product, mode in itertools.product(PRODUCTS, Mode)
     for view in CATALOG.view(product.id, mode).values()
 ]
-FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=400)
 
 
 def as_is_before(view: OptionView, raw: Any) -> bool:

@@ -10,7 +10,7 @@ from collections import OrderedDict, defaultdict
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npu_resolver import (
@@ -88,7 +88,7 @@ valid_requests = st.builds(
     env=st.dictionaries(st.sampled_from(NAMED_ENV_VARS), env_values, max_size=4),
 )
 
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=300)
 
 
 def _structured(result: Resolution) -> None:
@@ -353,7 +353,7 @@ grammar_texts = st.one_of(
 
 
 @given(st.lists(grammar_texts, min_size=1, max_size=8))
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 def test_a_grammar_gives_the_same_verdict_whatever_was_asked_before(texts: list[str]) -> None:
     """Grammar verdicts are kept from request to request; a kept one must be the one a fresh
     check gives, for a text asked once or again, short or past the bound."""

@@ -1,7 +1,8 @@
 """`serve --tracing` is opt-in: without the extra installed it says what to install, and the
 spans go where OpenTelemetry's standard variables say.
 
-The extra's absence is simulated where it matters; the one test that serves spans needs it."""
+The development install carries the extra: the tests that serve spans run the real SDK, and its
+absence is simulated where that is the point."""
 
 from __future__ import annotations
 
@@ -118,7 +119,6 @@ def test_the_exporters_and_the_package_they_need_follow_the_standard_variables(
         assert len(otlp) == 1 and otlp[0].endswith(otlp_package)
 
 
-@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
 def test_spans_go_where_otel_traces_exporter_says_and_a_stop_does_not_lose_them(
     tmp_path: Path,
 ) -> None:
@@ -142,7 +142,6 @@ def test_spans_go_where_otel_traces_exporter_says_and_a_stop_does_not_lose_them(
     assert "resolver-under-test" in printed
 
 
-@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
 def test_a_collector_that_does_not_answer_does_not_hold_the_stop() -> None:
     """The OTLP exporter retries a collector for OTEL_EXPORTER_OTLP_TIMEOUT; at a stop the spans
     held get FLUSH_S to leave, then are dropped, rather than the stop waiting out the retries
@@ -165,7 +164,6 @@ def test_a_collector_that_does_not_answer_does_not_hold_the_stop() -> None:
         server.stop()
 
 
-@pytest.mark.skipif(bool(_tracing.missing_packages({})), reason="the tracing extra is absent")
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_an_otel_value_the_sdk_refuses_stops_the_start_with_exit_2(workers: str) -> None:
     """OTEL_EXPORTER_OTLP_TIMEOUT=abc made the exporter raise: a traceback and exit 1 for one
