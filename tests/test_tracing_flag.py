@@ -64,6 +64,25 @@ def test_missing_packages_names_each_distribution_whose_module_is_absent(
         ({"OTEL_TRACES_EXPORTER": "none,otlp"}, "none cannot be given with an exporter"),
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTLP protocol http/json"),
         ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc/web"}, "OTLP protocol grpc/web"),
+        (  # the gRPC exporter logged a traceback and sent spans trusting the system's CAs
+            {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/no-such-dir/ca.pem"},
+            "OTEL_EXPORTER_OTLP_CERTIFICATE=/no-such-dir/ca.pem: cannot read it "
+            "(No such file or directory)",
+        ),
+        (  # the traces variable is the one the exporter reads: the general one is not looked at
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/",
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/no-such-dir/key.pem",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY=/: cannot read it (Is a directory)",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/no-such-dir/client.pem",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE=/no-such-dir/client.pem",
+        ),
     ],
 )
 def test_exporter_variables_the_server_cannot_honour_stop_the_start_naming_them(
@@ -117,6 +136,19 @@ def test_the_exporters_and_the_package_they_need_follow_the_standard_variables(
         assert otlp == []
     else:
         assert len(otlp) == 1 and otlp[0].endswith(otlp_package)
+
+
+def test_tls_files_are_checked_only_for_the_otlp_exporter_and_a_readable_one_passes(
+    tmp_path: Path,
+) -> None:
+    """A CA file that reads is no problem; without OTLP nothing reads the files, so a
+    console-only server does not stop for one it would never open."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert _tracing.settings_problem({"OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}) is None
+    missing = {"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/no/ca"}
+    assert _tracing.settings_problem(missing) is None
+    assert _tracing.settings_problem({**missing, "OTEL_TRACES_EXPORTER": "console,otlp"})
 
 
 def test_spans_go_where_otel_traces_exporter_says_and_a_stop_does_not_lose_them(

@@ -29,6 +29,9 @@ OTLP_PACKAGES: Final = {
     ),
 }
 EXPORTERS: Final = ("otlp", "console", "none")
+TLS_FILES: Final = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+"""The OTLP exporter's TLS files, named by OTEL_EXPORTER_OTLP_TRACES_<kind>, else
+OTEL_EXPORTER_OTLP_<kind>."""
 FLUSH_S: Final = 2.0
 """How long the spans still held get to leave as a worker stops. An OTLP collector that does not
 answer is retried for OTEL_EXPORTER_OTLP_TIMEOUT (10 s): its spans are lost rather than the stop
@@ -66,6 +69,26 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
             f"OTLP protocol {otlp_protocol(environ)}: this server sends traces over "
             f"{' or '.join(OTLP_PACKAGES)}"
         )
+    if "otlp" in names:
+        return unreadable_tls_file(environ)
+    return None
+
+
+def unreadable_tls_file(environ: Mapping[str, str]) -> str | None:
+    """A TLS file the OTLP variables name that cannot be read. The gRPC exporter logs a
+    traceback and goes on with the system's CAs (not the operator's); the HTTP one fails every
+    export: either way the spans do not go as asked."""
+    for kind in TLS_FILES:
+        for variable in (f"OTEL_EXPORTER_OTLP_TRACES_{kind}", f"OTEL_EXPORTER_OTLP_{kind}"):
+            path = environ.get(variable)
+            if not path:
+                continue
+            try:
+                with open(path, "rb") as file:
+                    file.read(1)
+            except OSError as exc:
+                return f"{variable}={path}: cannot read it ({exc.strerror or exc})"
+            break  # the traces variable, when set, is the one the exporter reads
     return None
 
 
