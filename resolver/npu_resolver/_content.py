@@ -198,6 +198,8 @@ def _lines(numbers: tuple[int, ...]) -> str:
 
 
 def _op_precision(state: State, parsed: OpPrecisionModes) -> None:
+    """R-OPM-2: each mode the file uses that this product or version lacks, each said (a
+    caller fixing the file learns of both at once)."""
     used = parsed.modes_used
     if "enable_hi_float_32_execution" in used:
         at = _lines(parsed.lines["enable_hi_float_32_execution"])
@@ -208,7 +210,7 @@ def _op_precision(state: State, parsed: OpPrecisionModes) -> None:
             f"op_precision_mode uses enable_hi_float_32_execution ({at}), which this version "
             "does not support; use another mode for those operators.",
         )
-    elif "enable_float_32_execution" in used and state.pid not in NEW_FAMILY:
+    if "enable_float_32_execution" in used and state.pid not in NEW_FAMILY:
         at = _lines(parsed.lines["enable_float_32_execution"])
         state.refuse(
             "op_precision_mode",
