@@ -287,9 +287,10 @@ async def _until(condition: Callable[[], bool], failure: str, timeout: float = 1
 
 @pytest.mark.parametrize(("text", "line"), [(DEEP_ARRAYS, 1), (DEEP_TABLES, 4)])
 def test_deep_nesting_is_a_policy_error_naming_the_file_key_and_line(text: str, line: int) -> None:
+    """Read, and refused for its content (not a file that cannot be read)."""
     with pytest.raises(PolicyError) as caught:
         parse_policy(text, "deep.toml")
-    assert isinstance(caught.value, PolicyReadError)
+    assert not isinstance(caught.value, PolicyReadError)
     assert str(caught.value) == (
         f"deep.toml: nested too deeply: the value of hccl_timeout at line {line} has over 100 "
         "levels of arrays or inline tables"
@@ -378,13 +379,18 @@ def test_parse_policy_says_it_takes_text() -> None:
         parse_policy(b"[profiles.default.defaults]\n")  # type: ignore[arg-type]
 
 
-def test_policy_check_of_a_deep_file_exits_2_with_the_message(tmp_path: Path) -> None:
+def test_policy_check_of_a_deep_file_refuses_it_with_exit_1_as_for_any_content(
+    tmp_path: Path,
+) -> None:
+    """The file was read: its content is refused as a file that is not UTF-8 is (exit 1, the
+    problem on stdout after `policy FILE refused:`); exit 2 is for a file that cannot be read."""
     deep = tmp_path / "deep.toml"
     deep.write_text(DEEP_ARRAYS, encoding="utf-8")
     proc = run_cli("policy", "check", str(deep))
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == "" and "Traceback" not in proc.stderr
-    assert f"{deep}: nested too deeply: the value of hccl_timeout at line 1" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.startswith(f"policy {deep} refused:"), proc.stdout
+    assert "nested too deeply: the value of hccl_timeout at line 1" in proc.stdout
 
 
 @pytest.mark.parametrize("text", [DEEP_ARRAYS, DEEP_TABLES])

@@ -103,7 +103,7 @@ MAX_PROBLEM_CHARS: Final = 500
 
 class PolicyReadError(PolicyError):
     """The policy file cannot be read at all (missing, unreadable, not a regular file, too
-    large, nested beyond what the parser can follow): not a verdict on its content."""
+    large): not a verdict on its content."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,9 +637,10 @@ def parse_policy(text: str, source: str = "<policy>", catalog: Catalog = CATALOG
         return _parse_policy(text, source, catalog)
     except RecursionError:
         # The TOML parser (and the checks after it) recurse once per level of arrays and
-        # inline tables: a deep enough value exhausts the stack. That is a file the server
-        # cannot read, not a defect to log with a traceback.
-        raise PolicyReadError(source, [_too_deep(text)]) from None
+        # inline tables: a deep enough value exhausts the stack. The file was read; its
+        # content is refused (as text that is not UTF-8 is), not a defect to log with a
+        # traceback.
+        raise PolicyError(source, [_too_deep(text)]) from None
 
 
 def _parse_policy(text: str, source: str, catalog: Catalog) -> Policy:
