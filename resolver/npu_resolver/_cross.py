@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._environment import blank_variable
-from ._model import Code, Source
+from ._model import JSON, Code, Source
 from ._options import CACHE_ENV_VARS
 from ._products import Family
 from ._schema import Mode
@@ -140,13 +140,21 @@ def debug_level_disables_cache(state: State) -> None:
 
 
 # ------------------------------------------------------------------------------- rounding
+def taken_as(state: State, name: str, value: JSON) -> JSON:
+    """The value the product takes `value` of option `name` as, once rounded (R-HCT-3): a
+    caller asking 544 on atlas-training asks what a lock of 600 gives there."""
+    if name == "hccl_timeout" and state.family is Family.LEGACY and type(value) is int:
+        return max(68, value // 68 * 68)
+    return value
+
+
 def round_hccl_timeout(state: State) -> None:
     """R-HCT-3: on the legacy family the timeout is floor(v / 68) * 68, at least 68."""
     slot = state.slots.get("hccl_timeout")
-    if slot is None or state.family is not Family.LEGACY or not isinstance(slot.value, int):
+    if slot is None or not isinstance(slot.value, int):
         return
     value = slot.value
-    rounded = max(68, value // 68 * 68)
+    rounded = taken_as(state, "hccl_timeout", value)
     if rounded != value:
         state.unrounded["hccl_timeout"] = value
         state.slots["hccl_timeout"] = slot.changed(

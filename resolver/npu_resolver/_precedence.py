@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from ._catalog import OptionView
+from ._cross import taken_as
 from ._fingerprint import fragment
 from ._gates import GATE_CODES, gate_kind, why_refused
 from ._model import (
@@ -151,6 +152,8 @@ def _locked(asked: _Asked) -> Decision:
     if wanted is not None and wanted != value:
         if requested is _UNSET:  # the caller's value, or the variable's as read (HCCL_EXEC_
             requested = wanted  # TIMEOUT=" 600" asks 600, as when it is rounded, R-HCT-3)
+        if _same_once_taken(state, name, wanted, value):
+            return _locked_slot(lock, option, value, requested)
         via = f"{name} {show(wanted)}" if given is not None else f"{option.env}={show(wanted)}"
         state.emit(
             Code.POLICY_LOCKED,
@@ -159,6 +162,10 @@ def _locked(asked: _Asked) -> Decision:
             f"{via} is replaced by the policy's locked value {show(value)} "
             f"({lock.detail}); ask the platform team to change the lock.",
         )
+    return _locked_slot(lock, option, value, requested)
+
+
+def _locked_slot(lock: PolicyEntry, option: Option, value: JSON, requested: JSON) -> Slot:
     return Slot(
         value,
         Source.POLICY_LOCKED,
@@ -166,8 +173,14 @@ def _locked(asked: _Asked) -> Decision:
         requested=requested,
         detail=lock.detail,
         all_products=lock.all_products,
-        fragment=_policy_fragment(lock, name, value),
+        fragment=_policy_fragment(lock, option.name, value),
     )
+
+
+def _same_once_taken(state: State, name: str, wanted: JSON, locked: JSON) -> bool:
+    """The caller asked for what the lock gives here, once the product rounds both (a config
+    resolved under the lock and sent again): the lock replaces nothing worth a warning."""
+    return _same(taken_as(state, name, wanted), taken_as(state, name, locked))
 
 
 def _unless_refused(asked: _Asked) -> Decision:
