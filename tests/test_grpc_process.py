@@ -391,6 +391,32 @@ def test_reload_policy_under_workers_answers_once_every_worker_has_read_the_file
         assert not server.events("reload_not_confirmed")
 
 
+def test_get_policy_counts_failed_reloads_server_wide_whichever_worker_answers(
+    tmp_path: Path,
+) -> None:
+    """GetPolicy's reload_failures is the server's: each failed ReloadPolicy call counts once,
+    and the count never goes back when the next call reaches the other worker (each worker
+    counted its own: a caller polling it saw 8, 9, 8)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n")
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}  # only the calls read the file
+    with ProcessServer(["--workers", "2", "--policy", str(policy)], env=env) as server:
+        server.wait_for("serving", 2)
+        policy.write_text("[profiles.default.defaults\n")
+        counts: list[int] = []
+        pids: set[str] = set()
+        calls = 0
+        deadline = time.monotonic() + 60
+        while (calls < 12 or len(pids) < 2) and calls < 60 and time.monotonic() < deadline:
+            with ResolverClient(server.target, timeout=10) as client:  # a new connection
+                assert client.reload_policy().error
+                calls += 1
+                counts.append(client.get_policy().reload_failures)
+                pids.add(client.last_server_pid)
+        assert len(pids) == 2, counts
+        assert counts == list(range(1, calls + 1))
+
+
 def test_a_stop_while_the_workers_load_the_policy_is_a_clean_stop(tmp_path: Path) -> None:
     """A worker still starting ends by the stop signal itself (its handlers are not set yet):
     that is the stop asked for, exit 0, not a worker failure (exit 1, WARNING lines)."""

@@ -34,6 +34,7 @@ from ._reload_marks import (
     WAIT_S,
     FailureCounter,
     ReloadMarks,
+    ServerTally,
     now_ns,
 )
 from ._servicer import SERVICE, Limits, ResolverService
@@ -246,6 +247,8 @@ def create_server(
     in_force = [store.version]
 
     def on_change(changed: PolicyStore) -> None:
+        if marks is not None:
+            marks.tally.seen(changed.failures)
         if changed.version != in_force[0]:
             in_force[0] = changed.version
             cache.clear()  # answers under the old policy can never be asked for again
@@ -259,6 +262,7 @@ def create_server(
         store,
         cache=cache,
         metrics=metrics,
+        tally=marks.tally if marks is not None else None,
         limits=Limits(
             settings.max_struct_depth, settings.max_struct_keys, settings.max_message_bytes
         ),
@@ -531,14 +535,13 @@ def run_worker(
         except Exception as exc:  # an OTEL_* value the SDK refuses (a timeout 'abc')
             _start_failed(f"--tracing: {type(exc).__name__}: {exc}", worker)
             return 2
+    # Taken by the first worker to see a failure (a worker whose start fails sees none), and by
+    # another once that one is gone; with no shared folder, the first worker counts. One lock
+    # for the metric and GetPolicy's count, so that both count in the same worker.
+    counter = FailureCounter(marks_folder) if marks_folder is not None else None
     metrics = None
     if settings.metrics_port:
-        # Taken by the first worker to see a failure (a worker whose start fails sees none),
-        # and by another once that one is gone; with no shared folder, the first worker counts.
-        counts: bool | FailureCounter = worker == 0
-        if marks_folder is not None:
-            counts = FailureCounter(marks_folder)
-        metrics = Metrics(counts_reload_failures=counts)
+        metrics = Metrics(counts_reload_failures=counter if counter is not None else worker == 0)
         if serve_metrics:
             from ._metrics import start_http
 
@@ -547,7 +550,9 @@ def run_worker(
             except OSError as exc:  # the port is taken: a start failure like the gRPC port's
                 _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
                 return 2
-    marks = ReloadMarks(marks_folder) if marks_folder is not None else None
+    marks = None
+    if marks_folder is not None and counter is not None:
+        marks = ReloadMarks(marks_folder, tally=ServerTally(marks_folder, counter))
     try:
         return asyncio.run(
             serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks)

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -42,10 +43,14 @@ def alive(pid: int) -> bool:
 class ReloadMarks:
     """One worker's view of the folder of marks."""
 
-    def __init__(self, folder: Path, pid: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, pid: int | None = None, *, tally: ServerTally | None = None
+    ) -> None:
+        """`tally`: the server's count of failed reloads, kept in the same folder."""
         self.folder = folder
         self.pid = os.getpid() if pid is None else pid
         self._written = -1
+        self.tally = tally if tally is not None else ServerTally(folder, FailureCounter(folder))
 
     def record(self, started_ns: int) -> None:
         """This worker finished a reload that began at `started_ns` (an older one finishing
@@ -150,3 +155,52 @@ class FailureCounter:
             return False
         self._fd = fd
         return True
+
+
+class ServerTally:
+    """Under --workers, the server's count of failed policy reloads (GetPolicy's
+    reload_failures), kept in a file of the marks folder: the same number whichever worker
+    answers, and never back to 0 when a worker is restarted. Counted as the metric counts it:
+    the reloads every worker makes alike by the worker holding the FailureCounter lock, and a
+    failed ReloadPolicy call by the worker that answered it when that is another one."""
+
+    NAME: Final = "reload-failures"
+
+    def __init__(self, folder: Path, counts: Callable[[], bool]) -> None:
+        self._path = folder / self.NAME
+        self._counts = counts
+        self._seen = 0
+
+    def seen(self, failures: int) -> None:
+        """This worker's own count of failed reloads, after a load or a failed one."""
+        if failures > self._seen:
+            if self._counts():
+                self._add(failures - self._seen)
+            self._seen = failures
+
+    def call_failed(self) -> None:
+        """This worker answered a ReloadPolicy call whose reload failed."""
+        if not self._counts():
+            self._add(1)
+
+    def read(self) -> int:
+        try:
+            with open(self._path, "rb") as file:
+                fcntl.flock(file, fcntl.LOCK_SH)
+                return _count(file.read())
+        except OSError:  # none failed yet, or the folder is gone: the server is stopping
+            return 0
+
+    def _add(self, count: int) -> None:
+        with contextlib.suppress(OSError):  # the folder is gone: the server is stopping
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with open(fd, "r+b") as file:
+                fcntl.flock(file, fcntl.LOCK_EX)  # the workers' additions one at a time
+                total = _count(file.read()) + count
+                file.seek(0)
+                file.write(str(total).encode())
+                file.truncate()
+
+
+def _count(text: bytes) -> int:
+    return int(text) if text.strip().isdigit() else 0

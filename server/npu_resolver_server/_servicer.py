@@ -46,6 +46,7 @@ from ._reading import (
     unreadable,
     without_map,
 )
+from ._reload_marks import ServerTally
 from ._replies import (
     STATUS_DETAILS_KEY,
     RefusedError,
@@ -153,13 +154,16 @@ class ResolverService:
         *,
         cache: AnswerCache | None = None,
         metrics: Metrics | None = None,
+        tally: ServerTally | None = None,
         limits: Limits = Limits(),
         after_reload: Callable[[float | None], Awaitable[None]] | None = None,
     ) -> None:
         """`after_reload`: awaited after a ReloadPolicy call read the file, with the seconds
         left before the call's deadline (to reach the other workers of a --workers server
-        before the reply)."""
+        before the reply); `tally`: under --workers, the server's count of failed reloads,
+        which GetPolicy says (else this worker's own)."""
         self.store = store
+        self.tally = tally
         self.after_reload = after_reload
         self.cache = cache if cache is not None else AnswerCache(0)
         self.metrics = metrics
@@ -545,7 +549,9 @@ class ResolverService:
             profiles=list(status.profiles),
             last_reload_error=status.last_reload_error,
             refused_version=status.refused_version,
-            reload_failures=status.reload_failures,
+            reload_failures=(
+                self.tally.read() if self.tally is not None else status.reload_failures
+            ),
         )
         payload = response.SerializeToString()
         limit = self.limits.max_reply_bytes
@@ -580,6 +586,8 @@ class ResolverService:
             await self.after_reload(context.time_remaining())  # the reply is due by then
         if outcome.error and self.metrics is not None:
             self.metrics.call_reload_failed()
+        if outcome.error and self.tally is not None:
+            self.tally.call_failed()
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )

@@ -1225,7 +1225,9 @@ class GetPolicyResponse(_message.Message):
     refused_version: _builtins.str
     """Content hash of the refused file, when the last reload failed."""
     reload_failures: _builtins.int
-    """Number of reloads that failed since the server started."""
+    """Number of reloads that failed since the server started (the whole server's, under
+    --workers, whichever worker answers).
+    """
     @_builtins.property
     def profiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Profile names the policy defines."""
