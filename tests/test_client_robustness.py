@@ -33,7 +33,7 @@ from npu_resolver_client import (
     channel_options,
 )
 from npu_resolver_client import _client as client_module
-from npu_resolver_client.wire import pb, request_to_proto, resolution_to_proto
+from npu_resolver_client.wire import REPORT_CUT, pb, request_to_proto, resolution_to_proto
 from npu_resolver_server import ServerSettings
 from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
 
@@ -139,10 +139,21 @@ def _report_left_out(keep: int | None = 1, fail_again: bool = False) -> Handler:
         resolution = resolve(TWO_ERRORS)  # the only request sent
         if request.validate_only and not fail_again:
             return resolution_to_proto(resolution)
-        _abort_with(context, [_bad_request(resolution, keep)], "the report is too large")
+        cut = error_details_pb2.ErrorInfo(reason=REPORT_CUT, domain="npu.resolver.v1")
+        _abort_with(context, [_bad_request(resolution, keep), cut], "the report is too large")
         return None
 
     return handler
+
+
+def _refused_unread(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+    """Resolve as the server refuses a request it did not read (an env map of thousands):
+    INVALID_ARGUMENT, one violation, no report and no REPORT_CUT."""
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field="env", reason="TOO_MANY_ENTRIES", description="more than 4096 env entries"
+    )
+    bad = error_details_pb2.BadRequest(field_violations=[violation])
+    _abort_with(context, [bad], "more than 4096 env entries")
 
 
 def _json(resolution: Resolution | None) -> Any:
@@ -474,6 +485,25 @@ def test_when_the_second_ask_fails_the_first_error_stands() -> None:
         assert [v.reason for v in info.value.violations] == ["OUT_OF_RANGE"]
 
 
+def test_a_request_refused_unread_is_sent_once_and_its_error_has_no_report() -> None:
+    """Only a report cut for room (REPORT_CUT) is asked for again: a request refused before
+    anything was resolved was sent twice, and came back with a report made up for it."""
+    with FakeResolver(resolve=_refused_unread) as server:
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
+            client.resolve_request(ResolveRequest("atlas-a2"))
+        assert len(server.requests) == 1
+        assert info.value.resolution is None and not info.value.report_cut
+        assert [v.reason for v in info.value.violations] == ["TOO_MANY_ENTRIES"]
+
+
+async def test_the_async_client_sends_a_request_refused_unread_once() -> None:
+    with FakeResolver(resolve=_refused_unread) as server:
+        async with AsyncResolverClient(server.target) as client:
+            with pytest.raises(ResolveError) as info:
+                await client.resolve_request(ResolveRequest("atlas-a2"))
+        assert len(server.requests) == 1 and info.value.resolution is None
+
+
 def test_a_validate_only_request_is_not_sent_twice() -> None:
     with FakeResolver(resolve=_report_left_out(keep=1, fail_again=True)) as server:
         request = ResolveRequest(
@@ -559,7 +589,8 @@ def test_an_infinite_or_huge_timeout_is_no_deadline_or_a_long_one(
 def test_a_call_with_no_deadline_asks_again_for_its_report_with_none() -> None:
     """timeout=math.inf means no deadline; the second ask, for a report too large for the
     trailer, must not fall back to the client's default deadline."""
-    error = ResolveError("too many errors", None)  # its report left out of the trailer
+    error = ResolveError("too many errors", None)
+    error.report_cut = True  # its report left out of the trailer
     message = pb.ResolveRequest(product="atlas-a2")
     ask = client_module._report_ask(error, message, None, time.monotonic())
     assert ask is not None and ask[1] == math.inf and ask[0].validate_only

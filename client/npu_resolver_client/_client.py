@@ -336,7 +336,7 @@ def _report_ask(
     details of `error` left out (too large for them); None when it is not missing, asking
     cannot fetch it, or the call's deadline, which the second ask shares, is spent. A call
     with no deadline asks again with none (math.inf), not with the client's default."""
-    if error.resolution is not None or message.validate_only:
+    if error.resolution is not None or not error.report_cut or message.validate_only:
         return None
     remaining = math.inf if deadline is None else deadline - (time.monotonic() - started)
     if remaining <= 0:
@@ -455,6 +455,7 @@ def _resolve_error(
                 FieldViolation(violation_field(d), d.code.value, d.message) for d in fetched.errors
             )
     restored = ResolveError(error.details, _restored(resolution, request), violations)
+    restored.report_cut = error.report_cut
     restored.__traceback__ = error.__traceback__
     return restored
 

@@ -32,6 +32,8 @@ from ._convert import resolution_from_proto
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+REPORT_CUT: Final = "REPORT_CUT"
+"""The google.rpc.ErrorInfo reason of a report left out of the status details for room."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,11 @@ def not_sent(code: grpc.StatusCode, details: str) -> ResolverCallError:
 class ResolveError(ResolverClientError):
     """The request has errors; `.resolution` is the server's full report."""
 
+    report_cut: bool = False
+    """True when the server's status details left the report out for room (a google.rpc.
+    ErrorInfo with reason REPORT_CUT): the one case where asking again with validate_only
+    fetches it. A request refused before anything was resolved has no report to fetch."""
+
     def __init__(
         self,
         details: str,
@@ -90,6 +97,9 @@ class ResolveError(ResolverClientError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.details, self.resolution, self.violations), self._flags())
+
+    def _flags(self) -> dict[str, bool]:
+        return {**super()._flags(), "report_cut": self.report_cut}
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -115,6 +125,7 @@ class Failure:
     message: str
     violations: tuple[FieldViolation, ...]
     resolution: Resolution | None
+    report_cut: bool = False
 
 
 _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
@@ -123,6 +134,7 @@ _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
 def decode_status(status: status_pb2.Status) -> Failure:
     violations: list[FieldViolation] = []
     resolution = None
+    report_cut = False
     for detail in status.details:
         try:
             if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
@@ -135,10 +147,14 @@ def decode_status(status: status_pb2.Status) -> Failure:
                 response = pb.ResolveResponse()
                 detail.Unpack(response)
                 resolution = resolution_from_proto(response)
+            elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                report_cut = report_cut or info.reason == REPORT_CUT
         except (message.DecodeError, ValueError, KeyError):
             continue
     code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
-    return Failure(code, status.message, tuple(violations), resolution)
+    return Failure(code, status.message, tuple(violations), resolution, report_cut)
 
 
 def _status_from_metadata(metadata: Any) -> status_pb2.Status | None:
@@ -153,7 +169,9 @@ def _status_from_metadata(metadata: Any) -> status_pb2.Status | None:
 
 def failure_error(failure: Failure) -> ResolverClientError:
     if failure.code is grpc.StatusCode.INVALID_ARGUMENT:
-        return ResolveError(failure.message, failure.resolution, failure.violations)
+        error = ResolveError(failure.message, failure.resolution, failure.violations)
+        error.report_cut = failure.report_cut
+        return error
     if failure.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return ResolverUnavailable(failure.code, failure.message)
     return ResolverCallError(failure.code, failure.message)
@@ -185,5 +203,7 @@ def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClient
     status = _status_from_metadata(trailing)
     if status is not None:
         failure = decode_status(status)
-        return failure_error(Failure(code, details, failure.violations, failure.resolution))
+        return failure_error(
+            Failure(code, details, failure.violations, failure.resolution, failure.report_cut)
+        )
     return failure_error(Failure(code, details, (), None))

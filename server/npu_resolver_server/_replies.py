@@ -15,7 +15,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver import Resolution, Severity
 from npu_resolver.text import cut_text
-from npu_resolver_client.wire import pb, violation_field
+from npu_resolver_client.wire import REPORT_CUT, pb, violation_field
 
 from ._cache import Answer
 from ._encode import encode_resolution, field
@@ -111,9 +111,6 @@ def error_answer(resolution: Resolution, response: bytes) -> Answer:
     )
 
 
-REPORT_CUT: Final = "REPORT_CUT"
-"""The google.rpc.ErrorInfo reason of a report cut to fit its trailer: what a caller in any
-language can test for, rather than the status message's words."""
 ERROR_DOMAIN: Final = "npu.resolver.v1"
 
 
