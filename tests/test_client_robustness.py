@@ -237,6 +237,37 @@ def test_an_async_client_closes_after_its_loop_is_gone(grpc_target: str) -> None
     asyncio.run(client.close())  # a later loop: nothing to wait for, and no error
 
 
+@pytest.mark.parametrize("owner_loop", ["left open", "asyncio.run"])
+def test_close_from_another_loop_returns_when_the_owning_loop_stops_first(
+    grpc_target: str,  # noqa: F811
+    owner_loop: str,
+) -> None:
+    """close() from another thread while the client's own loop runs hands the close to that
+    loop; when that loop stops before running it, close() waited forever (a loop left open)
+    or raised a CancelledError nobody asked for (asyncio.run's shutdown cancelled it)."""
+    client = AsyncResolverClient(grpc_target)
+    called = threading.Event()
+
+    async def use_then_block() -> None:
+        await client.list_products()
+        called.set()
+        time.sleep(1.0)  # the loop is running, and busy, when close() is asked for; then ends
+
+    def owner() -> None:
+        if owner_loop == "asyncio.run":
+            asyncio.run(use_then_block())
+        else:
+            asyncio.new_event_loop().run_until_complete(use_then_block())
+
+    thread = threading.Thread(target=owner)
+    thread.start()
+    try:
+        assert called.wait(30)
+        asyncio.run(asyncio.wait_for(client.close(), client_module.CLOSE_ELSEWHERE_S + 20))
+    finally:
+        thread.join(30)
+
+
 # --------------------------------------------------------------------------- close() in flight
 
 

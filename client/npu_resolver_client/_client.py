@@ -776,6 +776,26 @@ class ResolverClient:
         return ReloadResult(response.changed, response.policy_version, response.error)
 
 
+CLOSE_ELSEWHERE_S: Final = 5.0
+"""How long close() from another loop waits for the channel's own loop to close it."""
+
+
+async def _close_in(loop: asyncio.AbstractEventLoop, channel: grpc.aio.Channel) -> None:
+    """Close `channel` in its own running `loop`, from another one. The wait ends when the
+    close ran, when that loop stops first (it would never run it: it was waited for forever),
+    or after CLOSE_ELSEWHERE_S; a close that loop's own shutdown cancelled is no error here
+    (it was this task's CancelledError, though nobody cancelled this task)."""
+    future = asyncio.run_coroutine_threadsafe(channel.close(), loop)
+    closing = asyncio.wrap_future(future)
+    deadline = time.monotonic() + CLOSE_ELSEWHERE_S
+    while not closing.done() and loop.is_running() and time.monotonic() < deadline:
+        await asyncio.wait([closing], timeout=0.05)
+    if not closing.done():
+        future.cancel()  # not run yet: it never will be; grpc closes the channel when collected
+    elif not closing.cancelled():
+        closing.result()
+
+
 class AsyncResolverClient:
     """The asyncio twin of ResolverClient (grpc.aio); same methods, awaited.
 
@@ -858,7 +878,7 @@ class AsyncResolverClient:
         if loop is asyncio.get_running_loop():
             await channel.close()
         elif loop.is_running():  # closed from another thread's loop
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(channel.close(), loop))
+            await _close_in(loop, channel)
         # else its loop is idle and nothing can run there: grpc closes it when it is collected.
 
     async def __aenter__(self) -> AsyncResolverClient:
