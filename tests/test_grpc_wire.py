@@ -393,3 +393,15 @@ def test_only_the_variables_the_resolver_reads_are_sent_and_the_answer_is_the_sa
     assert resolve(back) == resolve(request_)
     with pytest.raises(NotTextError, match=r"env\.HOME"):
         request_to_proto(dataclasses.replace(request_, env={**job_env, "HOME": "/h\udcff"}))
+
+
+def test_the_client_exports_every_name_its_methods_take_and_give() -> None:
+    """resolve_batch and diff take a ResolveRequest and answers are Resolutions: a client user
+    imports them from the client, the core's own classes; every exported name resolves."""
+    import npu_resolver
+    import npu_resolver_client
+
+    assert npu_resolver_client.ResolveRequest is npu_resolver.ResolveRequest
+    assert npu_resolver_client.Resolution is npu_resolver.Resolution
+    for name in npu_resolver_client.__all__:
+        assert getattr(npu_resolver_client, name) is not None, name

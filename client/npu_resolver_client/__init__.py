@@ -7,8 +7,10 @@
         print(result.options, result.fingerprint)
 
 Answers are the core's `npu_resolver.Resolution`, identical to `npu_resolver.resolve()` in
-process. A request with errors raises `ResolveError` (its `.resolution` is the full report);
-an unreachable server raises `ResolverUnavailable`; other failures `ResolverCallError`.
+process (`Resolution` and `ResolveRequest`, which resolve_batch and diff take, are the core's
+own, importable from here). A request with errors raises `ResolveError` (its `.resolution` is
+the full report); an unreachable server raises `ResolverUnavailable`; other failures
+`ResolverCallError`.
 """
 
 from typing import TYPE_CHECKING
@@ -23,7 +25,9 @@ _LAZY = {
             "AsyncResolverClient",
             "PolicyInfo",
             "ReloadResult",
+            "Resolution",
             "ResolveFailure",
+            "ResolveRequest",
             "ResolverClient",
             "channel_options",
             "remote_resolve",
@@ -63,6 +67,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from npu_resolver import Resolution, ResolveRequest
+
     from ._client import (
         DEFAULT_TARGET,
         DEFAULT_TIMEOUT,
@@ -93,8 +99,10 @@ __all__ = [
     "FieldViolation",
     "PolicyInfo",
     "ReloadResult",
+    "Resolution",
     "ResolveError",
     "ResolveFailure",
+    "ResolveRequest",
     "ResolverCallError",
     "ResolverClient",
     "ResolverClientError",
