@@ -192,14 +192,14 @@ def precision_conflict(state: State) -> None:
             "precision_mode_v2",
             Code.DROPPED_SUPERSEDED,
             "R-PREC-1",
-            _superseded("precision_mode_v2", v2.value, "precision_mode"),
+            _superseded("precision_mode_v2", v2, "precision_mode"),
         )
     elif pm.source is Source.POLICY and v2.source is not Source.POLICY:
         state.drop(
             "precision_mode",
             Code.DROPPED_SUPERSEDED,
             "R-PREC-1",
-            _superseded("precision_mode", pm.value, "precision_mode_v2"),
+            _superseded("precision_mode", pm, "precision_mode_v2"),
         )
     else:
         both = (
@@ -294,8 +294,11 @@ def _who_sets(slot: Slot) -> str:
     return "the job sets"
 
 
-def _superseded(name: str, value: object, by: str) -> str:
-    return f"{name} {show(value)} from the policy is dropped because the job sets {by}."
+def _superseded(name: str, slot: Slot, by: str) -> str:
+    return (
+        f"{name} {show(slot.value)} from the policy ({slot.detail}) is dropped because the job "
+        f"sets {by}."
+    )
 
 
 def _needs(
