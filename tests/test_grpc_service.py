@@ -1773,3 +1773,26 @@ def test_a_diff_of_many_fields_is_called_too_many_products_only_when_its_product
     assert too_large(pb.DiffRequest, mixed.SerializeToString(), 10_000) == "request"
     named = pb.DiffRequest(products=["atlas-a2"] * (MAX_TOP_LEVEL_FIELDS + 1))
     assert too_large(pb.DiffRequest, named.SerializeToString(), 10_000) == "products"
+
+
+def test_policy_show_prints_the_same_json_in_process_and_through_a_server_named_as_the_proto(
+    tmp_path: Path,
+) -> None:
+    """The CLI's JSON takes the proto's field names, as the resolve answer does: the policy's
+    text was `content` in the CLI and `canonical_text` in the proto and PolicyInfo."""
+    from npu_resolver_server import PolicyStore
+    from tests.test_cli import run
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n[profiles.debug]\n")
+    local = run("policy", "show", "--policy", str(policy))
+    assert local.returncode == 0, local.stderr
+    store = PolicyStore(policy)
+    store.load_initial()
+    with ThreadServer(store=store) as server:
+        remote = run("policy", "show", "--server", server.target)
+    assert remote.returncode == 0, remote.stderr
+    shown, served = json.loads(local.stdout), json.loads(remote.stdout)
+    assert set(served) == {f.name for f in pb.GetPolicyResponse.DESCRIPTOR.fields}
+    assert served["canonical_text"] and served["policy_version"]
+    assert served == shown

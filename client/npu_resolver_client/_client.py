@@ -248,7 +248,7 @@ class PolicyInfo:
     def to_json(self) -> dict[str, JSON]:
         return {
             "policy_version": self.policy_version,
-            "content": self.canonical_text,
+            "canonical_text": self.canonical_text,
             "source": self.source,
             "profiles": list(self.profiles),
             "last_reload_error": self.last_reload_error,

@@ -63,7 +63,7 @@ class InProcess:
         policy = self._policy
         return {
             "policy_version": policy.version if policy else "",
-            "content": policy.canonical_text if policy else "",
+            "canonical_text": policy.canonical_text if policy else "",
             "source": policy.source if policy else "",
             "profiles": list(policy.profile_names()) if policy else [],
             "last_reload_error": "",
