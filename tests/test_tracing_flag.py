@@ -65,20 +65,25 @@ def test_missing_packages_names_each_distribution_whose_module_is_absent(
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTLP protocol http/json"),
         ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc/web"}, "OTLP protocol grpc/web"),
         (  # the gRPC exporter logged a traceback and sent spans trusting the system's CAs
-            {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/no-such-dir/ca.pem"},
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4317",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": "/no-such-dir/ca.pem",
+            },
             "OTEL_EXPORTER_OTLP_CERTIFICATE=/no-such-dir/ca.pem: cannot read it "
             "(No such file or directory)",
         ),
-        (  # the traces variable is the one the exporter reads: the general one is not looked at
+        (  # an endpoint with no scheme is TLS to the gRPC exporter; the traces set is the one
             {
-                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/",
-                "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/no-such-dir/key.pem",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": "/",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": "/no-such-dir/ca.pem",
             },
-            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY=/: cannot read it (Is a directory)",
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE=/: cannot read it (Is a directory)",
         ),
         (
             {
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector:4318/v1/traces",
                 "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/no-such-dir/client.pem",
             },
             "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE=/no-such-dir/client.pem",
@@ -138,17 +143,39 @@ def test_the_exporters_and_the_package_they_need_follow_the_standard_variables(
         assert len(otlp) == 1 and otlp[0].endswith(otlp_package)
 
 
-def test_tls_files_are_checked_only_for_the_otlp_exporter_and_a_readable_one_passes(
+@pytest.mark.parametrize(
+    "plaintext",
+    [
+        {},  # the default endpoint, http://localhost:4317
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_INSECURE": "true"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+        {"OTEL_TRACES_EXPORTER": "console"},
+    ],
+)
+def test_tls_files_the_exporter_would_not_read_do_not_stop_the_start(
+    plaintext: dict[str, str],
+) -> None:
+    """A leftover CA variable beside a plaintext collector (or no OTLP exporter) is not read by
+    the SDK: a server that served with it still does."""
+    unread = {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/no/ca.pem", **plaintext}
+    assert _tracing.settings_problem(unread) is None
+
+
+def test_over_grpc_a_client_key_without_a_ca_is_not_read_and_a_readable_ca_passes(
     tmp_path: Path,
 ) -> None:
-    """A CA file that reads is no problem; without OTLP nothing reads the files, so a
-    console-only server does not stop for one it would never open."""
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    assert _tracing.settings_problem({"OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}) is None
-    missing = {"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/no/ca"}
-    assert _tracing.settings_problem(missing) is None
-    assert _tracing.settings_problem({**missing, "OTEL_TRACES_EXPORTER": "console,otlp"})
+    tls = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4317"}
+    assert _tracing.settings_problem({**tls, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}) is None
+    assert _tracing.settings_problem({**tls, "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/no/key"}) is None
+    both = {
+        **tls,
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca),
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/no/k",
+    }
+    assert "OTEL_EXPORTER_OTLP_CLIENT_KEY=/no/k" in str(_tracing.settings_problem(both))
 
 
 def test_spans_go_where_otel_traces_exporter_says_and_a_stop_does_not_lose_them(

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Final
+from urllib.parse import urlparse
 
 REQUIRED: Final = (
     ("opentelemetry.sdk", "opentelemetry-sdk"),
@@ -74,21 +75,56 @@ def settings_problem(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def uses_tls(environ: Mapping[str, str]) -> bool:
+    """Whether the OTLP exporter connects over TLS, as the SDK decides it: an https endpoint
+    does; for gRPC, else the INSECURE variables, else any endpoint but http (the default,
+    http://localhost:4317, does not)."""
+    grpc = otlp_protocol(environ) == "grpc"
+    endpoint = (
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or ("http://localhost:4317" if grpc else "http://localhost:4318")
+    )
+    scheme = urlparse(endpoint).scheme
+    if scheme == "https" or not grpc:
+        return scheme == "https"
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"):
+        insecure = environ.get(variable)
+        if insecure is not None:
+            return insecure.lower() != "true"
+    return scheme != "http"
+
+
+def tls_files(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The TLS files (variable, path) the OTLP exporter will read. Over gRPC, one set: the
+    traces variables when their CERTIFICATE is set, else the general ones, and only with a
+    CERTIFICATE; over HTTP, each file from its traces variable, else the general one."""
+    if not uses_tls(environ):
+        return []
+    traces, general = "OTEL_EXPORTER_OTLP_TRACES_", "OTEL_EXPORTER_OTLP_"
+    if otlp_protocol(environ) == "grpc":
+        prefix = traces if environ.get(f"{traces}CERTIFICATE") else general
+        if not environ.get(f"{prefix}CERTIFICATE"):
+            return []
+        named = [f"{prefix}{kind}" for kind in TLS_FILES]
+    else:
+        named = [
+            f"{traces}{kind}" if environ.get(f"{traces}{kind}") else f"{general}{kind}"
+            for kind in TLS_FILES
+        ]
+    return [(variable, environ[variable]) for variable in named if environ.get(variable)]
+
+
 def unreadable_tls_file(environ: Mapping[str, str]) -> str | None:
-    """A TLS file the OTLP variables name that cannot be read. The gRPC exporter logs a
+    """A TLS file the exporter will read that cannot be read. The gRPC exporter logs a
     traceback and goes on with the system's CAs (not the operator's); the HTTP one fails every
     export: either way the spans do not go as asked."""
-    for kind in TLS_FILES:
-        for variable in (f"OTEL_EXPORTER_OTLP_TRACES_{kind}", f"OTEL_EXPORTER_OTLP_{kind}"):
-            path = environ.get(variable)
-            if not path:
-                continue
-            try:
-                with open(path, "rb") as file:
-                    file.read(1)
-            except OSError as exc:
-                return f"{variable}={path}: cannot read it ({exc.strerror or exc})"
-            break  # the traces variable, when set, is the one the exporter reads
+    for variable, path in tls_files(environ):
+        try:
+            with open(path, "rb") as file:
+                file.read(1)
+        except OSError as exc:
+            return f"{variable}={path}: cannot read it ({exc.strerror or exc})"
     return None
 
 
