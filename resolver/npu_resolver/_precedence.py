@@ -178,9 +178,10 @@ def _locked_slot(lock: PolicyEntry, option: Option, value: JSON, requested: JSON
 
 
 def _same_once_taken(state: State, name: str, wanted: JSON, locked: JSON) -> bool:
-    """The caller asked for what the lock gives here, once the product rounds both (a config
-    resolved under the lock and sent again): the lock replaces nothing worth a warning."""
-    return _same(taken_as(state, name, wanted), taken_as(state, name, locked))
+    """The caller asked for the very value the lock takes effect as here, once the product
+    rounds it (a config resolved under the lock and sent again): the lock replaces nothing
+    worth a warning. A value that only rounds to it (550 beside 544) was replaced, and said."""
+    return _same(wanted, taken_as(state, name, locked))
 
 
 def _unless_refused(asked: _Asked) -> Decision:
