@@ -1221,7 +1221,11 @@ class GetPolicyResponse(_message.Message):
     source: _builtins.str
     """The file the policy is read from; empty when the server has none."""
     last_reload_error: _builtins.str
-    """Why the last reload failed; empty when it succeeded. The last good policy stays in force."""
+    """Why the last reload failed; empty when it succeeded. The last good policy stays in force.
+    Under --workers, as the answering worker last read the file: each reads a changed file
+    within the server's poll interval (a second by default), and all of them at a
+    successful ReloadPolicy call.
+    """
     refused_version: _builtins.str
     """Content hash of the refused file, when the last reload failed."""
     reload_failures: _builtins.int
