@@ -144,6 +144,9 @@ def test_description_gives_the_default_that_takes_effect_beside_the_documented_o
     assert options["shape_generalization_mode"]["defaults"]["training"] == "STRICT"
     assert options["shape_generalization_mode"]["effective_defaults"]["training"] is None
     assert options["graph_run_mode"]["effective_defaults"] == {"training": 1, "inference": 0}
+    # R-GRM-1: the mode is the option's value, so each mode's column has its own (the
+    # documented 1 is training's; an inference column of 1 contradicted the mode itself)
+    assert options["graph_run_mode"]["defaults"] == {"training": 1, "inference": 0}
     assert options["hccl_timeout"]["effective_defaults"] == {"training": 1836, "inference": 1836}
 
 

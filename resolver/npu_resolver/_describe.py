@@ -14,7 +14,7 @@ from ._catalog import CATALOG, Catalog, OptionView
 from ._model import JSON, ResolveRequest
 from ._pipeline import resolve
 from ._products import PRODUCTS, Product, product_id
-from ._schema import Mode, Option
+from ._schema import MODE_OPTION, Mode, Option
 
 
 def list_products() -> list[Product]:
@@ -69,7 +69,13 @@ def _support(catalog: Catalog, option: Option, pid: str) -> dict[str, JSON]:
         "maximum": None if rng is None else rng.maximum,
         "minimum_exclusive": False if rng is None else rng.min_exclusive,
         "defaults": {
-            m.value: (v.default.value if v.default is not None and v.acts else None)
+            m.value: (
+                m.graph_run_mode  # the mode's own value: 1 documented is training's
+                if option.name == MODE_OPTION
+                else v.default.value
+                if v.default is not None and v.acts
+                else None
+            )
             for m, v in views.items()
         },
         "unsupported_values": blocked,

@@ -27,6 +27,10 @@ class OptType(enum.StrEnum):
     """The source gives no type (options this version does not support)."""
 
 
+MODE_OPTION: Final = "graph_run_mode"
+"""The option whose value is the mode (R-GRM-1): in each mode it has that mode's value."""
+
+
 class Mode(enum.StrEnum):
     TRAINING = "training"
     INFERENCE = "inference"
@@ -34,6 +38,11 @@ class Mode(enum.StrEnum):
     @classmethod
     def from_graph_run_mode(cls, value: int) -> Mode:
         return cls.INFERENCE if value == 0 else cls.TRAINING
+
+    @property
+    def graph_run_mode(self) -> int:
+        """The value of graph_run_mode (MODE_OPTION) that selects this mode."""
+        return 0 if self is Mode.INFERENCE else 1
 
     @property
     def prose(self) -> str:
