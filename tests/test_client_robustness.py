@@ -912,6 +912,11 @@ def test_a_request_of_exactly_the_message_size_is_sent_and_one_byte_more_is_not(
         ({"env": {"ASCEND_WORK_PATH": "/" + "x" * 10_000}}, "env.ASCEND_WORK_PATH"),
         ({"workdir": "/" + "w" * 10_000}, "workdir"),
         ({"config": {"debug_dir": "/" + "é" * 3_000}}, "config.debug_dir, about 6,"),
+        (  # many keys, none large: the config as a whole (its keys were not counted)
+            {"config": {f"bogus_{i}_" + "z" * 200: 1 for i in range(40)}},
+            "config, about 8,",
+        ),
+        ({"attachments": {f"f{i}": "x" * 300 for i in range(20)}}, "attachments, about 6,"),
     ],
 )
 def test_an_oversize_request_names_its_largest_part_wherever_it_is(
@@ -930,6 +935,11 @@ def test_a_diff_naming_products_past_the_message_size_says_so() -> None:
     with client, pytest.raises(ResolverCallError) as refused:
         client.diff(ResolveRequest(product="atlas-a2"), ["atlas-a2"] * 1000)
     assert "its largest part is products" in str(refused.value)
+    config = {f"bogus_{i}_" + "z" * 200: 1 for i in range(400)}
+    client = ResolverClient(NO_SERVER, max_message_bytes=4096, timeout=30)
+    with client, pytest.raises(ResolverCallError) as refused:
+        client.diff(ResolveRequest(product="", config=config), ["atlas-a2", "atlas-a3"])
+    assert "its largest part is config, about 8" in str(refused.value)
 
 
 def test_no_message_limit_is_taken_as_grpc_takes_it() -> None:

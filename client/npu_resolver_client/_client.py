@@ -477,37 +477,50 @@ def _utf8(text: str) -> int:
 
 
 def _largest_part(request: message.Message) -> str:
-    """Which part of an oversize request weighs most, in bytes as sent: a batch's item, a
-    config's option, an attachment, an env variable, the workdir, a diff's product names (a
-    few hundred milliseconds for a request of many megabytes, on a failure)."""
+    """Which part of an oversize request weighs most, in bytes as sent: a batch's item, the
+    config, the attachments or the env (or the one entry that is most of it: an option, an
+    attachment, a variable), the workdir, a diff's product names (a few hundred milliseconds
+    for a request of many megabytes, on a failure)."""
     parts: list[tuple[int, str]] = []
     if isinstance(request, pb.ResolveBatchRequest):
         parts = [(item.ByteSize(), f"requests[{i}]") for i, item in enumerate(request.requests)]
     elif isinstance(request, pb.ResolveRequest | pb.DiffRequest):
-        texts = {f"attachments.{name}": text for name, text in request.attachments.items()}
-        texts.update({f"env.{name}": name + text for name, text in request.env.items()})
-        texts.update(workdir=request.workdir, profile=request.profile)
+        single = {"workdir": request.workdir, "profile": request.profile}
         if isinstance(request, pb.DiffRequest):
-            texts["products"] = "".join(request.products)
+            single["products"] = "".join(request.products)
         else:
-            texts["product"] = request.product
-        parts = [(_utf8(text), name) for name, text in texts.items()]
+            single["product"] = request.product
+        parts = [(_utf8(text), name) for name, text in single.items()]
+        entries = {
+            "attachments": [(_utf8(n + t), n) for n, t in request.attachments.items()],
+            "env": [(_utf8(n + t), n) for n, t in request.env.items()],
+            "config": [(_utf8(n) + v.ByteSize(), n) for n, v in request.config.fields.items()],
+        }
         if request.config_json:
             with contextlib.suppress(ValueError, RecursionError):
                 config = json.loads(request.config_json)
-                parts += [
-                    (
-                        _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":"))),
-                        f"config.{name}",
-                    )
+                entries["config"] += [
+                    (_utf8(name) + _utf8(_compact(value)), name)
                     for name, value in (config.items() if isinstance(config, dict) else ())
                 ]
-        fields = request.config.fields
-        parts += [(value.ByteSize(), f"config.{name}") for name, value in fields.items()]
+        for group, sizes in entries.items():
+            if sizes:
+                parts.append(_most_of(group, sizes))
     if not parts:
         return ""
     size, name = max(parts)
     return f"; its largest part is {printable(cut_text(name, 80))}, about {size:,} bytes"
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _most_of(group: str, sizes: list[tuple[int, str]]) -> tuple[int, str]:
+    """A map's weight: its one entry when that is at least half of it, else the whole map."""
+    total = sum(size for size, _ in sizes)
+    size, name = max(sizes)
+    return (size, f"{group}.{name}") if 2 * size >= total else (total, group)
 
 
 def _pid(metadata: Any) -> str:
