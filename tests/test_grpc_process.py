@@ -756,6 +756,30 @@ def test_a_certificate_and_a_key_that_do_not_match_stop_the_start_saying_so(
         assert failed and "does not belong to --tls-cert" in failed[0]["error"], server.raw
 
 
+def test_plaintext_calls_to_a_tls_port_leave_only_json_lines_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gRPC writes a failed handshake as a plain-text INFO line: each plaintext client or port
+    scan put one among the JSON lines a log pipeline parses."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("localhost", "127.0.0.1")
+    issued.private_key_pem.write_to_path(tmp_path / "key.pem")
+    (tmp_path / "cert.pem").write_bytes(b"".join(b.bytes() for b in issued.cert_chain_pems))
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    suppress = contextlib.suppress
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)  # the server's own default
+    with ProcessServer(["--workers", "2", *tls]) as server:
+        server.wait_for("serving", 2)
+        for _ in range(3):
+            with grpc.insecure_channel(server.target) as channel, suppress(grpc.RpcError):
+                channel.unary_unary("/npu.resolver.v1.Resolver/ListProducts")(b"", timeout=2)
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.raw
+    assert server.raw and all(line.startswith("{") for line in server.raw), server.raw
+
+
 def test_the_supervisors_modules_load_no_grpc() -> None:
     """--workers forks its workers before any gRPC object exists (gRPC does not survive a fork):
     the settings, the CLI and the supervisor must not import it, nor anything they use (the

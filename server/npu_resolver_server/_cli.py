@@ -157,6 +157,10 @@ def run_serve(namespace: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
         return 2
+    # gRPC's own lines (a failed TLS handshake, at INFO, for each plaintext connection or port
+    # scan) are plain text among the JSON lines; read when gRPC loads, so set before that. The
+    # operator's own GRPC_VERBOSITY still wins.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     hold_stops()  # until the supervisor or the worker's event loop takes them
     # A SIGHUP before the policy is first read asks for nothing that reading it will not do; its
     # default action would end the start (the worker and the supervisor take it over later).
