@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from npu_resolver import ResolveRequest
 from npu_resolver_client import AsyncResolverClient, ResolverClient, ResolverClientError
-from npu_resolver_server import HEALTH_SERVICE
+from npu_resolver_server import HEALTH_SERVICE, _supervisor
 from tests._server import ProcessServer, free_port
 
 GOOD = ResolveRequest(product="atlas-training", config={"hccl_timeout": 600})
@@ -887,6 +887,30 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
         assert not _running(frozen)
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+def test_a_worker_still_there_past_the_stops_grace_is_killed_and_the_stop_ends() -> None:
+    """A worker that cannot drain (here SIGSTOP) held the supervisor forever: a pod then ended
+    by the kubelet's SIGKILL with nothing in the log. Past the drain delay, the grace and a
+    margin it is killed as hung (phase stopping), and the exit status says the stop was not
+    clean."""
+    args = ["--workers", "2", "--drain-delay-seconds", "0", "--grace-seconds", "1"]
+    with ProcessServer(args) as server:
+        frozen, other = (int(e["pid"]) for e in server.wait_for("serving", 2))
+        os.kill(frozen, signal.SIGSTOP)
+        began = time.monotonic()
+        try:
+            server.signal(signal.SIGTERM)
+            assert server.wait(60) == 1, server.raw
+        finally:  # a stopped process outlives every stop signal but this one
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+        (hung,) = server.events("worker_hung")
+        assert hung["worker_pid"] == frozen and hung["phase"] == "stopping", hung
+        assert hung["silent_s"] >= 1 + _supervisor.STOP_MARGIN_S
+        assert time.monotonic() - began < 30
+        exits = {e["worker_pid"]: e["code"] for e in server.events("worker_exited")}
+        assert exits == {other: 0, frozen: -signal.SIGKILL}, server.raw
 
 
 def test_a_worker_stuck_before_it_serves_is_killed_and_restarted(tmp_path: Path) -> None:

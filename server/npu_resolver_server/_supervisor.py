@@ -133,6 +133,10 @@ def _taken(host: str, port: int) -> OSError | None:
 _FORWARDED: Final = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """The signals the supervisor forwards to its workers."""
 HUNG_CHECK_S: Final = 1.0
+STOP_MARGIN_S: Final = 3.0
+"""Past a stop's drain delay and grace, what a worker gets to leave (its spans' 2 s flush, its
+call lines) before it is killed as hung: with deploy/'s 5 s preStop, before the kubelet's
+SIGKILL at 30 s, so the log says why."""
 """How often the supervisor looks at the workers' heartbeats."""
 PORT_WAIT_S: Final = 5.0
 """How long a start waits for a taken port: a server stopping on it (the previous run of this
@@ -182,6 +186,8 @@ class Supervisor:
         self._spawned: dict[int, float] = {}
         """pid -> when it was started (monotonic), until its first heartbeat is seen."""
         self._last_check: float | None = None
+        self._stop_began: float | None = None
+        """When the stop began (monotonic), once stopping."""
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
@@ -220,7 +226,8 @@ class Supervisor:
 
     def _judge(self, pid: int, worker: int, phase: str, silent: float, limit: float) -> None:
         """Kill a worker silent for `limit` seconds or more (once: it is restarted when
-        reaped). `phase`: "serving" (its heartbeat stopped) or "starting" (it never beat)."""
+        reaped, unless the server stops). `phase`: "serving" (its heartbeat stopped),
+        "starting" (it never beat) or "stopping" (still there past the stop's allowance)."""
         if silent < limit or pid in self._killed_hung:
             return
         say(
@@ -234,6 +241,24 @@ class Supervisor:
         self._killed_hung.add(pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+    def _begin_stop(self) -> None:
+        self.stopping = True
+        if self._stop_began is None:
+            self._stop_began = time.monotonic()
+
+    def _kill_overdue(self) -> None:
+        """A worker still there past the stop's drain delay and grace (stopped with SIGSTOP, a
+        loop that never yields) would hold the supervisor, and a pod, until the kubelet's
+        SIGKILL, with nothing said: it is killed as hung (phase "stopping"), and the exit
+        status says the stop was not clean."""
+        if self._stop_began is None:
+            return
+        settings = self.settings
+        limit = settings.drain_delay_seconds + settings.grace_seconds + STOP_MARGIN_S
+        since = time.monotonic() - self._stop_began
+        for pid, worker in list(self.children.items()):
+            self._judge(pid, worker, "stopping", since, limit)
 
     def _spawn(self, worker: int) -> None:
         parent = os.getpid()
@@ -252,7 +277,7 @@ class Supervisor:
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT):
-            self.stopping = True
+            self._begin_stop()
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
@@ -317,7 +342,7 @@ class Supervisor:
             self._pending.append((now + RESTART_BACKOFF_S, worker))
 
     def _stop_all(self) -> None:
-        self.stopping = True
+        self._begin_stop()
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -356,6 +381,7 @@ class Supervisor:
         while self.children or (self._pending and not self.stopping):
             self._reap()
             self._kill_hung()
+            self._kill_overdue()
             if self._pending and not self.stopping:
                 now = time.monotonic()
                 for due, worker in [p for p in self._pending if p[0] <= now]:
