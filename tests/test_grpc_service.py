@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -1203,6 +1203,46 @@ def test_metrics_count_calls() -> None:
         )
         assert value("npu_resolver_request_latency_seconds_count", {"method": "Resolve"}) == 2
         assert value("npu_resolver_policy_info", {"version": ""}) == 1
+
+
+@pytest.mark.parametrize(("remaining", "code"), [(None, "CANCELLED"), (0.0, "DEADLINE_EXCEEDED")])
+def test_a_call_cancelled_while_its_handler_awaits_is_counted_and_logged(
+    remaining: float | None, code: str
+) -> None:
+    """A caller that cancels, or whose deadline passes, while a batch or a reload awaits gets
+    no reply; the call left no trace on the server, whose dashboards stayed green."""
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server import PolicyStore
+    from npu_resolver_server._metrics import Metrics
+    from npu_resolver_server._servicer import ResolverService
+    from tests.test_call_log import _configured
+
+    registry = CollectorRegistry()
+    service = ResolverService(PolicyStore(), metrics=Metrics(registry))
+
+    async def never_answers(raw: bytes, context: Any) -> Answer:
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    class Context:
+        def time_remaining(self) -> float | None:
+            return remaining
+
+    async def call_then_cancel() -> None:
+        handler = service._wrap("ResolveBatch", never_answers)
+        task = asyncio.ensure_future(handler(b"", cast(Any, Context())))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with _configured() as log:
+        asyncio.run(call_then_cancel())
+    labels = {"method": "ResolveBatch", "code": code}
+    assert registry.get_sample_value("npu_resolver_requests_total", labels) == 1
+    (line,) = [json.loads(text) for text in log.getvalue().splitlines()]
+    assert (line["method"], line["code"], line["ok"]) == ("ResolveBatch", code, False)
 
 
 def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:

@@ -204,6 +204,12 @@ class ResolverService:
             try:
                 outcome = fn(raw, context)
                 answer = outcome if type(outcome) is Answer else await _awaited(outcome)
+            except asyncio.CancelledError:
+                # The caller cancelled, or its deadline passed, while the handler awaited (a
+                # batch between slices, a reload): no reply goes out, but the call is counted
+                # and logged, so that calls failing this way show on the server too.
+                self._cancelled(method, context, _logging.now() - start)
+                raise
             except RefusedError as refused:
                 answer = refused.answer()
             except Exception as exc:
@@ -254,6 +260,14 @@ class ResolverService:
             return refuse(context, answer.code, message, trailing)
 
         return handler
+
+    def _cancelled(self, method: str, context: grpc.aio.ServicerContext, elapsed: float) -> None:
+        remaining = context.time_remaining()
+        expired = remaining is not None and remaining <= 0
+        code = "DEADLINE_EXCEEDED" if expired else "CANCELLED"
+        if self.metrics is not None:
+            self.metrics.observe(method, code, elapsed, "", ())
+        _logging.log_call(method, code=code, latency_s=elapsed, ok=False)
 
     def unknown_method_handler(self) -> grpc.GenericRpcHandler:
         """The last handler: a call to a method no service here has (a client built from
