@@ -1427,6 +1427,31 @@ def test_the_env_format_marks_a_variable_a_policy_lock_overrides(tmp_path: Path)
     )
 
 
+def test_the_env_format_marks_a_folder_variable_its_option_outranks_r_ocd_1_r_dbg_1(
+    tmp_path: Path,
+) -> None:
+    """R-OCD-1: beside op_compiler_cache_dir (the caller's or a lock) ASCEND_CACHE_PATH places
+    nothing; R-DBG-1: beside debug_dir, ASCEND_WORK_PATH still places the dumps. Both lines were
+    unmarked, though the report said ENV_OVERRIDDEN."""
+    env = ["--env", "ASCEND_CACHE_PATH=/ac", "--env", "ASCEND_WORK_PATH=/w", "--format", "env"]
+    base = ["resolve", "--product", "atlas-a2", *env]
+    expected = (
+        "export ASCEND_WORK_PATH=/w  # debug_dir wins for its files; the variable places the "
+        "others [R-DBG-1]\n"
+        "export ASCEND_CACHE_PATH=/ac  # no effect here: op_compiler_cache_dir wins [R-OCD-1]\n"
+    )
+    proc = run(*base, "--set", "op_compiler_cache_dir=/oc", "--set", "debug_dir=/dbg")
+    assert proc.returncode == 0 and proc.stdout == expected, proc.stdout
+    policy = tmp_path / "lock.toml"
+    policy.write_text(
+        '[profiles.default.locked]\nop_compiler_cache_dir = "/oc"\ndebug_dir = "/dbg"\n'
+    )
+    proc = run(*base, "--policy", str(policy))
+    assert proc.returncode == 0 and proc.stdout == expected, proc.stdout
+    unmarked = run(*base)  # nothing outranks them: plain lines
+    assert unmarked.stdout == "export ASCEND_WORK_PATH=/w\nexport ASCEND_CACHE_PATH=/ac\n"
+
+
 def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
     """A cell wider than the others (a precision mode with its source) widens its own column
     instead of shifting every column after it; lines carry no trailing blanks."""

@@ -15,7 +15,7 @@ from typing import Final
 
 from ._environment import blank_variable
 from ._model import JSON, Code, Source
-from ._options import CACHE_ENV_VARS
+from ._options import CACHE_ENV_VARS, OUTRANKED_FOLDER_VARS
 from ._products import Family
 from ._schema import Mode
 from ._state import Slot, State
@@ -768,9 +768,7 @@ def cache_dir_beats_cache_path(state: State) -> None:
     variable, so that a job does not look for its cache where the variable points."""
     _folder_beats_variable(
         state,
-        "op_compiler_cache_dir",
         "ASCEND_CACHE_PATH",
-        "R-OCD-1",
         "the cache is in its kernel_cache folder; remove one of them to avoid confusion.",
     )
 
@@ -780,17 +778,17 @@ def debug_dir_beats_work_path(state: State) -> None:
     still places the other files it names (dumps, the fusion result): no removal is advised."""
     _folder_beats_variable(
         state,
-        "debug_dir",
         "ASCEND_WORK_PATH",
-        "R-DBG-1",
         "the operator compile's debug files go there; the variable still places the other "
         "files it names.",
     )
 
 
-def _folder_beats_variable(state: State, option: str, var: str, rule: str, then: str) -> None:
-    """A folder option in force beside the variable it outranks: said (ENV_OVERRIDDEN, as for
-    an option's own variable), unless both name the same folder. `then`: what follows."""
+def _folder_beats_variable(state: State, var: str, then: str) -> None:
+    """A folder option in force beside the variable it outranks (OUTRANKED_FOLDER_VARS): said
+    (ENV_OVERRIDDEN, as for an option's own variable), unless both name the same folder.
+    `then`: what follows."""
+    option, rule, _ = OUTRANKED_FOLDER_VARS[var]
     slot = state.slots.get(option)
     path = state.env_path(var)
     if slot is None or not path:

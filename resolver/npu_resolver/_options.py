@@ -444,6 +444,13 @@ PATH_ENV_VARS: Final[Mapping[str, tuple[str, str]]] = {
     "HOME": ("R-OCD-1", "the operator cache's default folder keeps <home>"),
 }
 """The folder variables, with their rule and what applies when one is blank."""
+OUTRANKED_FOLDER_VARS: Final[Mapping[str, tuple[str, str, bool]]] = {
+    "ASCEND_CACHE_PATH": ("op_compiler_cache_dir", "R-OCD-1", True),
+    "ASCEND_WORK_PATH": ("debug_dir", "R-DBG-1", False),
+}
+"""A folder variable an option outranks: variable -> (option, rule, whether the option in force
+leaves the variable nothing to place; ASCEND_WORK_PATH still places the dumps and the fusion
+result beside a debug_dir)."""
 CACHE_ENV_VARS: Final[Mapping[str, tuple[int, int | None, str, str]]] = {
     "ASCEND_MAX_OP_CACHE_SIZE": (-1, None, "MB as an integer, -1 for no aging", "500 MB"),
     "ASCEND_REMAIN_CACHE_SIZE_RATIO": (1, 100, "an integer percentage in [1, 100]", "50% kept"),

@@ -10,7 +10,7 @@ from typing import Final
 
 from .._catalog import CATALOG
 from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
-from .._options import NAMED_ENV_VARS
+from .._options import NAMED_ENV_VARS, OUTRANKED_FOLDER_VARS
 
 _COLOURS: Final = {
     Severity.ERROR: "\033[31m",
@@ -207,6 +207,9 @@ def _env_mark(result: Resolution, variable: str) -> str:
     for diagnostic in result.diagnostics:
         if diagnostic.option == f"env.{variable}" and diagnostic.severity is Severity.ERROR:
             return f"  # not valid here: {diagnostic.code.value} [{diagnostic.rule}]"
+    outranked = OUTRANKED_FOLDER_VARS.get(variable)
+    if outranked is not None:
+        return _outranked_mark(result, variable, *outranked)
     option = CATALOG.env_options.get(variable)
     if option is None:
         return ""
@@ -228,6 +231,19 @@ def _env_mark(result: Resolution, variable: str) -> str:
             value = _python_literal(result.options[option.name])
             return f"  # takes effect as {value} here [{diagnostic.rule}]"
     return ""
+
+
+def _outranked_mark(result: Resolution, variable: str, option: str, rule: str, whole: bool) -> str:
+    """A folder variable beside the option that outranks it (the report's ENV_OVERRIDDEN)."""
+    said = any(
+        d.code is Code.ENV_OVERRIDDEN and d.option == option and d.rule == rule
+        for d in result.diagnostics
+    )
+    if not said:
+        return ""
+    if whole:
+        return f"  # no effect here: {option} wins [{rule}]"
+    return f"  # {option} wins for its files; the variable places the others [{rule}]"
 
 
 def render_env(result: Resolution, env: Mapping[str, str]) -> str:
