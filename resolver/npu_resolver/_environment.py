@@ -20,6 +20,8 @@ _MAX_ENV_TEXTS: Final = 32
 _NOT_UTF8: Final = (
     "not valid UTF-8 text (bytes that are not UTF-8, or a lone surrogate such as \\ud800)"
 )
+_BLANK: Final = "blank"
+"""A workdir of spaces only: it names no folder, as a blank variable names none."""
 _HOLDS_NUL: Final = "a path holding a NUL character (the runtime would read it only up to the NUL)"
 
 
@@ -50,7 +52,7 @@ def readable(
     if left_out:
         names = {var for var, _ in left_out}
         env = {var: text for var, text in env.items() if var not in names}
-    fault = _fault(workdir, True)
+    fault = _BLANK if workdir and not workdir.strip() else _fault(workdir, True)
     if fault is not None:
         workdir, left_out = "", (*left_out, ("workdir", fault))
     return env, workdir, left_out
@@ -61,6 +63,10 @@ def report_unreadable(
 ) -> None:
     """INVALID_VALUE on `env.NAME` or `workdir` for each name `readable` left out."""
     for name, fault in left_out:
+        if name == "workdir" and fault == _BLANK:  # as a blank variable: names no folder
+            message = f"workdir {show(request.workdir)} names no folder; the paths keep <workdir>."
+            state.emit(Code.NORMALIZED, name, "", message)
+            continue
         if name == "workdir":
             message = f"workdir {show(request.workdir)} is {fault}; the paths keep <workdir>."
             state.emit(Code.INVALID_VALUE, name, "", message)
