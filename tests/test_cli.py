@@ -454,14 +454,31 @@ def test_a_reply_over_this_commands_own_limit_is_said_so_and_the_limit_can_be_ra
     proc = run(*args, "--max-message-bytes", "65536")
     assert proc.returncode == 2
     assert proc.stderr.startswith("npu-resolve: the reply was not taken: RESOURCE_EXHAUSTED: ")
-    assert "more than this client's max_message_bytes of 65,536: raise --max-message-bytes" in (
+    assert "more than this command's --max-message-bytes of 65,536: raise --max-message-bytes" in (
         proc.stderr
     )
+    assert "max_message_bytes" not in proc.stderr  # the library's argument, not the flag
     assert run(*args, "--max-message-bytes", "1048576").returncode == 0
     alone = run(
         "diff", "--product", "atlas-a2", "--product", "atlas-a3", "--max-message-bytes", "1"
     )
     assert alone.returncode == 2 and "--max-message-bytes goes with --server" in alone.stderr
+    small = run(*args, "--max-message-bytes", "100")
+    assert small.returncode == 2 and small.stderr.startswith(
+        "npu-resolve: --max-message-bytes 100: must be from 1,024 to 2,147,483,647 bytes, or -1 "
+        "for no limit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [([], "resolve, products, explain, diff, policy, serve"), (["policy"], "check, show")],
+)
+def test_a_missing_command_is_named_by_the_commands_to_give(args: list[str], named: str) -> None:
+    """Not by argparse's destination ('required: command', 'policy_command')."""
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == f"npu-resolve: give a command: {named}", proc.stderr
 
 
 def test_remote_answer_too_large_for_the_wire_exits_2_with_the_reason(

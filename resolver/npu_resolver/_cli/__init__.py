@@ -71,6 +71,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
+        for action in self._actions:  # a missing command: named by the commands to give, not
+            if isinstance(action, argparse._SubParsersAction) and message.endswith(  # the dest
+                f"required: {action.dest}"
+            ):
+                message = f"give a command: {', '.join(action.choices)}"
         raise UsageError(message)
 
     def _print_message(self, message: str, file: Any = None) -> None:
@@ -113,8 +118,9 @@ def _transport(args: argparse.Namespace) -> Transport:
         sizes = {} if limit is None else {"max_message_bytes": limit}
         try:
             return Remote(server_target(server), **credentials(args), **sizes)
-        except ValueError as exc:  # the client's own check of the size
-            raise UsageError(f"--max-message-bytes: {exc}") from exc
+        except ValueError as exc:  # the client's own check of the size, in the flag's words
+            said = str(exc).removeprefix("max_message_bytes ")
+            raise UsageError(f"--max-message-bytes {limit}: {said}") from exc
     if any(getattr(args, name, None) is not None for name in (*CREDENTIAL_FLAGS, "token_file")):
         raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
     if getattr(args, "max_message_bytes", None) is not None:  # in process: no message at all
@@ -355,7 +361,7 @@ def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
         metavar="N",
         type=int,
         help="with --server: the largest request and reply this command takes (default 4 MiB, "
-        "as the server's; a diff's reply may be several times its request)",
+        "as the server's; -1 for no limit; a diff's reply may be several times its request)",
     )
 
 

@@ -114,7 +114,11 @@ class Remote:
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
-            said = str(exc).replace("raise max_message_bytes", "raise --max-message-bytes")
+            said = (  # the client's words for its argument, the command's for its flag
+                str(exc)
+                .replace("this client's max_message_bytes", "this command's --max-message-bytes")
+                .replace("raise max_message_bytes", "raise --max-message-bytes")
+            )
             if not exc.sent:  # the client's own refusal: no server saw the request
                 raise RefusedError(f"the request was not sent: {said}", 2) from exc
             if exc.reply_too_large:  # the server answered; the limit is this command's
