@@ -1695,13 +1695,12 @@ def test_python_format_says_errors_in_the_pasteable_text_and_warnings_on_stderr(
 def test_table_header_says_errors_and_diagnostics_carry_their_suggestion() -> None:
     proc = run("resolve", "--product", "atlas-a2", "--set", "hccl_timout=1")
     assert proc.returncode == 1
-    assert proc.stdout.splitlines()[0].split() == [
-        "product",
-        "atlas-a2",
-        "catalog",
-        "900",
-        "ERRORS",
-    ]
+    words = proc.stdout.splitlines()[0].split()
+    assert words[:4] == ["product", "atlas-a2", "catalog", "900"] and words[-1] == "ERRORS"
+    as_json = json.loads(
+        run("resolve", "--product", "atlas-a2", "--set", "hccl_timout=1", "--format", "json").stdout
+    )
+    assert words[4:6] == ["fingerprint", as_json["fingerprint"]]  # the whole answer's identity
     assert "UNKNOWN_OPTION hccl_timout:" in proc.stdout
     assert "(suggestion: hccl_timeout)" in proc.stdout
     fine = run("resolve", "--product", "atlas-a2")

@@ -117,6 +117,7 @@ def render_table(result: Resolution, colour: bool = False) -> str:
     lines = [
         f"product {shown(result.product) or '?'}  catalog {shown(result.catalog_version)}"
         + (f"  policy {shown(result.policy_version)}" if result.policy_version else "")
+        + (f"  fingerprint {shown(result.fingerprint)}" if result.fingerprint else "")
         + f"  {'ok' if result.ok else 'ERRORS'}"
     ]
     rows = [
