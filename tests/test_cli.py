@@ -172,6 +172,11 @@ def test_config_from_stdin_and_bad_json_exits_2() -> None:
     assert bad.stderr.startswith("npu-resolve: config from standard input is not JSON: "), (
         bad.stderr
     )
+    empty = run("resolve", "--product", "atlas-a2", "--config", "-", stdin=" \n")
+    assert empty.returncode == 2
+    assert empty.stderr.endswith(  # not the decoder's "Expecting value: line 1 column 1"
+        "npu-resolve: config from standard input is empty; write a JSON object, {} for none\n"
+    )
 
 
 def test_server_unreachable_exits_3() -> None:

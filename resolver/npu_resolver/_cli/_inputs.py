@@ -176,6 +176,8 @@ def read_config(path: str | None) -> dict[str, JSON]:
         text = read_limited(path, "config").decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read config {_named(path)}: {exc}") from exc
+    if not text.strip():  # the decoder's "Expecting value: line 1 column 1" says less
+        raise UsageError(f"config {_named(path)} is empty; write a JSON object, {{}} for none")
     try:
         data = _loads(text)
     except _TooDeepError:  # valid JSON, refused as too deep like any config nested too deep
