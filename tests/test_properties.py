@@ -288,7 +288,60 @@ def test_config_keys_that_are_not_text_are_unknown_options_named_briefly() -> No
     assert [d.code for d in result.errors] == ["UNKNOWN_OPTION"] * 3
     assert all(len(d.option) <= 100 for d in result.errors)
     # Said for what they are, not as past a bound of close names sought (none is sought).
-    assert all("named by a str" in d.message and "first 32" not in d.message for d in result.errors)
+    assert all("named by a str" in d.message for d in result.errors)
+    assert not any("close names are sought" in d.message for d in result.errors)
+
+
+_LETTERS = st.sampled_from("abcdefghijklmnopqrstuvwxyz_0123456789")
+
+
+@st.composite
+def _misspelt(draw: st.DrawFn) -> str:
+    """An option name with a few letters changed, added or left out, or any short text."""
+    if draw(st.booleans()):
+        return draw(st.text(_LETTERS, max_size=40))
+    letters = list(draw(st.sampled_from(sorted(CATALOG.by_name))))
+    for _ in range(draw(st.integers(0, 6))):
+        at = draw(st.integers(0, len(letters)))
+        kind = draw(st.sampled_from(["change", "add", "drop"]))
+        if kind == "add" or not letters:
+            letters.insert(at, draw(_LETTERS))
+        elif kind == "change":
+            letters[min(at, len(letters) - 1)] = draw(_LETTERS)
+        else:
+            del letters[min(at, len(letters) - 1)]
+    return "".join(letters)
+
+
+@pytest.mark.parametrize(
+    ("text", "tied"),
+    [  # two names at the same ratio: difflib takes the greater one
+        ("hccl_r_optimize", "hccl_timeout"),
+        ("export_nfig", "memory_config"),
+        ("variable_formsize", "variable_memory_max_size"),
+        ("dynamicute_timeout", "op_wait_timeout"),
+    ],
+)
+def test_a_tie_between_close_names_goes_as_difflib_breaks_it(text: str, tied: str) -> None:
+    import difflib
+
+    from npu_resolver._model import closest
+
+    assert difflib.get_close_matches(text, CATALOG.by_name, n=1)[0] == tied
+    assert closest(text, CATALOG.by_name) == tied
+
+
+@settings(max_examples=500)
+@given(_misspelt())
+def test_the_closest_name_is_difflibs_answer(text: str) -> None:
+    """closest() skips ratio() where it cannot win, for speed: its answer must stay the one
+    difflib.get_close_matches gives, ties included (UNKNOWN_OPTION suggestions are pinned)."""
+    import difflib
+
+    from npu_resolver._model import closest
+
+    found = difflib.get_close_matches(text, CATALOG.by_name, n=1, cutoff=0.6)
+    assert closest(text, CATALOG.by_name) == (found[0] if found else "")
 
 
 @pytest.mark.parametrize(

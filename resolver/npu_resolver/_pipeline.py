@@ -184,11 +184,13 @@ def _read_config(
     return explicit
 
 
-MAX_SOUGHT_SUGGESTIONS: Final = 32
+MAX_SOUGHT_SUGGESTIONS: Final = 8
 """Unknown option names of one request (the first, in name order) for which a close name is
-sought: each costs difflib up to a millisecond, and a config may hold 512 keys. The catalog
-keeps the answers, but a name past the bound gets none even if another request sought it: an
-answer depends on its request alone (in process and through a server alike)."""
+sought: each costs about 0.15 ms (a few misspellings are what a job makes; more is most often
+a config meant for something else), and a batch of 1,000 requests of distinct ones would hold
+its worker 0.15 ms x this bound x 1,000 (32 took 5 s). The catalog keeps the answers, but a
+name past the bound gets none even if another request sought it: an answer depends on its
+request alone (in process and through a server alike)."""
 
 
 @dataclass(slots=True)
