@@ -960,6 +960,21 @@ def test_a_whole_server_stopped_and_resumed_kills_no_worker() -> None:
         assert len(server.events("serving")) == 2  # no worker was restarted
 
 
+def test_a_whole_server_paused_during_its_stop_is_no_overdue_stop() -> None:
+    """Ctrl-C then Ctrl-Z, or a container paused as it stops: the time nobody ran is not the
+    workers' delay (the supervisor killed both as hung and exited 1)."""
+    args = ["--workers", "2", "--drain-delay-seconds", "1", "--grace-seconds", "0"]
+    with ProcessServer(args, own_group=True) as server:
+        server.wait_for("serving", 2)
+        server.signal(signal.SIGTERM)
+        server.wait_for("draining", 2)
+        server.signal_group(signal.SIGSTOP)
+        time.sleep(1 + _supervisor.STOP_MARGIN_S + 2)
+        server.signal_group(signal.SIGCONT)
+        assert server.wait() == 0, server.raw
+        assert not server.events("worker_hung"), server.raw
+
+
 def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
     """A worker told to stop drains its calls for up to its grace period, longer than the
     supervisor's patience with silence: it beats through the drain and is not killed."""

@@ -133,11 +133,11 @@ def _taken(host: str, port: int) -> OSError | None:
 _FORWARDED: Final = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """The signals the supervisor forwards to its workers."""
 HUNG_CHECK_S: Final = 1.0
+"""How often the supervisor looks at the workers' heartbeats."""
 STOP_MARGIN_S: Final = 3.0
 """Past a stop's drain delay and grace, what a worker gets to leave (its spans' 2 s flush, its
 call lines) before it is killed as hung: with deploy/'s 5 s preStop, before the kubelet's
 SIGKILL at 30 s, so the log says why."""
-"""How often the supervisor looks at the workers' heartbeats."""
 PORT_WAIT_S: Final = 5.0
 """How long a start waits for a taken port: a server stopping on it (the previous run of this
 one, its workers draining) frees it within its drain delay."""
@@ -187,7 +187,8 @@ class Supervisor:
         """pid -> when it was started (monotonic), until its first heartbeat is seen."""
         self._last_check: float | None = None
         self._stop_began: float | None = None
-        """When the stop began (monotonic), once stopping."""
+        """When the stop began (monotonic, moved on by time the supervisor did not run)."""
+        self._stop_checked: float | None = None
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
@@ -251,12 +252,17 @@ class Supervisor:
         """A worker still there past the stop's drain delay and grace (stopped with SIGSTOP, a
         loop that never yields) would hold the supervisor, and a pod, until the kubelet's
         SIGKILL, with nothing said: it is killed as hung (phase "stopping"), and the exit
-        status says the stop was not clean."""
+        status says the stop was not clean. Time the supervisor did not run (the whole server
+        paused mid-stop) is nobody's delay: the stop's clock moves past it, as _kill_hung's."""
         if self._stop_began is None:
             return
+        now = time.monotonic()
+        if self._stop_checked is not None and now - self._stop_checked > HUNG_CHECK_S * 1.25:
+            self._stop_began += now - self._stop_checked
+        self._stop_checked = now
         settings = self.settings
         limit = settings.drain_delay_seconds + settings.grace_seconds + STOP_MARGIN_S
-        since = time.monotonic() - self._stop_began
+        since = now - self._stop_began
         for pid, worker in list(self.children.items()):
             self._judge(pid, worker, "stopping", since, limit)
 
