@@ -120,7 +120,7 @@ def _transport(args: argparse.Namespace) -> Transport:
             return Remote(server_target(server), **credentials(args), **sizes)
         except ValueError as exc:  # the client's own check of the size, in the flag's words
             said = str(exc).removeprefix("max_message_bytes ")
-            raise UsageError(f"--max-message-bytes {limit}: {said}") from exc
+            raise UsageError(f"--max-message-bytes: {said}") from exc
     if any(getattr(args, name, None) is not None for name in (*CREDENTIAL_FLAGS, "token_file")):
         raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
     if getattr(args, "max_message_bytes", None) is not None:  # in process: no message at all

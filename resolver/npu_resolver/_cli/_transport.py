@@ -118,6 +118,7 @@ class Remote:
                 str(exc)
                 .replace("this client's max_message_bytes", "this command's --max-message-bytes")
                 .replace("raise max_message_bytes", "raise --max-message-bytes")
+                .replace(" (max_message_bytes)", " (--max-message-bytes)")
             )
             if not exc.sent:  # the client's own refusal: no server saw the request
                 raise RefusedError(f"the request was not sent: {said}", 2) from exc
