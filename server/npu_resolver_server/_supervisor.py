@@ -245,8 +245,8 @@ class Supervisor:
 
     def _begin_stop(self) -> None:
         self.stopping = True
-        if self._stop_began is None:
-            self._stop_began = time.monotonic()
+        if self._stop_began is None:  # a pause from now on is seen by _kill_overdue
+            self._stop_began = self._stop_checked = time.monotonic()
 
     def _kill_overdue(self) -> None:
         """A worker still there past the stop's drain delay and grace (stopped with SIGSTOP, a
