@@ -1245,6 +1245,60 @@ def test_a_call_cancelled_while_its_handler_awaits_is_counted_and_logged(
     assert (line["method"], line["code"], line["ok"]) == ("ResolveBatch", code, False)
 
 
+@pytest.mark.parametrize("error", ["", "policy.toml: line 1: not TOML"])
+def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_counted(
+    error: str,
+) -> None:
+    """The load is shielded from the caller: a ReloadPolicy cancelled while the file loads went
+    on loading, but the other workers were not asked to read it (a good file) and a failure was
+    not counted server-wide (a bad one)."""
+    from pathlib import Path as _Path
+
+    from npu_resolver_server._policy_store import ReloadOutcome
+    from npu_resolver_server._servicer import ResolverService
+
+    loaded = asyncio.Event()
+    asked: list[float | None] = []
+    failed: list[int] = []
+
+    class Store:
+        path = _Path("policy.toml")
+
+        async def reload_async(self) -> ReloadOutcome:
+            await loaded.wait()
+            return ReloadOutcome(not error, "v2", error)
+
+    class Tally:
+        def call_failed(self) -> None:
+            failed.append(1)
+
+    async def after_reload(remaining: float | None) -> None:
+        asked.append(remaining)
+
+    class Context:
+        def time_remaining(self) -> float | None:
+            return None
+
+    service = ResolverService(
+        cast(Any, Store()), tally=cast(Any, Tally()), after_reload=after_reload
+    )
+
+    async def cancelled_mid_load() -> None:
+        call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, Context())))
+        await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        loaded.set()
+        for _ in range(100):
+            if asked or failed:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(cancelled_mid_load())
+    assert (len(asked), len(failed)) == ((0, 1) if error else (1, 0))
+
+
 def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:
     """gRPC would refuse to send the whole reply; the items answered within the message limit
     keep their answers, and each one after says, as its own RESOURCE_EXHAUSTED, from which item

@@ -36,7 +36,7 @@ from . import _logging
 from ._cache import Answer, AnswerCache
 from ._encode import count_fields, field, length_delimited, without_field
 from ._metrics import Metrics
-from ._policy_store import PolicyStore
+from ._policy_store import PolicyStore, ReloadOutcome
 from ._reading import (
     DECODER_DEPTH,
     LARGE_REQUEST_BYTES,
@@ -170,6 +170,9 @@ class ResolverService:
         self.limits = limits
         self._pid = str(os.getpid())
         self._catalog_cache: dict[str, bytes] = {}
+        self._reloading: set[asyncio.Future[ReloadOutcome]] = set()
+        """ReloadPolicy work still running after its caller left (the loop keeps only weak
+        references to tasks)."""
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -587,6 +590,16 @@ class ResolverService:
             )
         return Answer(grpc.StatusCode.OK, payload=payload)
 
+    async def _reload_everywhere(self, context: grpc.aio.ServicerContext) -> ReloadOutcome:
+        outcome = await self.store.reload_async()
+        if self.after_reload is not None and not outcome.error:
+            await self.after_reload(context.time_remaining())  # the reply is due by then
+        if outcome.error and self.metrics is not None:
+            self.metrics.call_reload_failed()
+        if outcome.error and self.tally is not None:
+            self.tally.call_failed()
+        return outcome
+
     async def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ReloadPolicyRequest, raw)
         if self.store.path is None:
@@ -595,13 +608,13 @@ class ResolverService:
                 message="the server was started without --policy; there is nothing to reload",
                 ok=False,
             )
-        outcome = await self.store.reload_async()
-        if self.after_reload is not None and not outcome.error:
-            await self.after_reload(context.time_remaining())  # the reply is due by then
-        if outcome.error and self.metrics is not None:
-            self.metrics.call_reload_failed()
-        if outcome.error and self.tally is not None:
-            self.tally.call_failed()
+        # Shielded: a caller that cancels (or whose deadline passes) while the file loads does
+        # not stop the rest, which the load already began: the other workers are still asked to
+        # read it, and a failure is still counted server-wide.
+        reloading = asyncio.ensure_future(self._reload_everywhere(context))
+        self._reloading.add(reloading)
+        reloading.add_done_callback(self._reloading.discard)
+        outcome = await asyncio.shield(reloading)
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )
