@@ -1272,7 +1272,8 @@ def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_cou
         def call_failed(self) -> None:
             failed.append(1)
 
-    async def after_reload(remaining: float | None) -> None:
+    async def after_reload(remaining: float | None, answering: bool) -> None:
+        assert not answering  # its caller left: the others are asked, nothing is waited for
         asked.append(remaining)
 
     class Context:
@@ -1297,6 +1298,53 @@ def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_cou
 
     asyncio.run(cancelled_mid_load())
     assert (len(asked), len(failed)) == ((0, 1) if error else (1, 0))
+
+
+def test_an_error_in_a_reload_whose_caller_left_is_logged_as_an_internal_error() -> None:
+    """No reply carries it: asyncio printed it as plain text ("Task exception was never
+    retrieved") when the task was collected; it is the JSON `internal` line of any other."""
+    from pathlib import Path as _Path
+
+    from npu_resolver_server._policy_store import ReloadOutcome
+    from npu_resolver_server._servicer import ResolverService
+    from tests.test_call_log import _configured
+
+    loaded = asyncio.Event()
+
+    class Store:
+        path = _Path("policy.toml")
+
+        async def reload_async(self) -> ReloadOutcome:
+            await loaded.wait()
+            return ReloadOutcome(True, "v2")
+
+    async def after_reload(remaining: float | None, answering: bool) -> None:
+        raise OSError("the supervisor could not be signalled")
+
+    class Context:
+        def time_remaining(self) -> float | None:
+            return None
+
+    service = ResolverService(cast(Any, Store()), after_reload=after_reload)
+
+    async def cancelled_mid_load() -> None:
+        call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, Context())))
+        await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        loaded.set()
+        for _ in range(100):
+            if not service._reloading:
+                break
+            await asyncio.sleep(0.01)
+
+    with _configured() as log:
+        asyncio.run(cancelled_mid_load())
+    lines = [json.loads(text) for text in log.getvalue().splitlines()]
+    internal = [line for line in lines if line.get("event") == "internal"]
+    assert len(internal) == 1 and internal[0]["method"] == "ReloadPolicy", lines
+    assert "the supervisor could not be signalled" in internal[0]["exc"], internal
 
 
 def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:

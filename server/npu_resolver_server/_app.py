@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -37,7 +37,7 @@ from ._reload_marks import (
     ServerTally,
     now_ns,
 )
-from ._servicer import SERVICE, Limits, ResolverService
+from ._servicer import SERVICE, AfterReload, Limits, ResolverService
 from ._start_signals import STOPPED_DETAIL, hold_sighup, sighup_held, stop_held
 from ._tls import server_credentials
 from .settings import HEALTH_SERVICE, ServerSettings
@@ -314,21 +314,23 @@ def _reload_every_worker(
     marks: ReloadMarks | None,
     stopping: Callable[[], float | None],
     supervisor: int | None = None,
-) -> Callable[[float | None], Awaitable[None]]:
+) -> AfterReload:
     """After a ReloadPolicy call read the file: have the supervisor signal every worker, and
     return once each has read the file too, so that the caller's next request meets the new
     policy whichever worker takes it. The wait is bounded, and ends before the call's deadline
     (`remaining_s`) and before a drain ends, so that a worker that never catches up delays the
     reply but never fails it."""
 
-    async def reload_the_others(remaining_s: float | None) -> None:
+    async def reload_the_others(remaining_s: float | None, answering: bool) -> None:
+        """`answering`: a reply is still due (its caller has not left): else the others are
+        asked to read the file, and nothing is waited for or said of them."""
         since = now_ns()
         parent = os.getppid()
         if supervisor is not None and parent != supervisor:
             return  # the supervisor is gone (this worker stops within a second): not its heir
         with contextlib.suppress(OSError):
             os.kill(parent, signal.SIGHUP)
-        if marks is None:
+        if marks is None or not answering:
             return
         wait_s = WAIT_S
         for left in (remaining_s, stopping()):

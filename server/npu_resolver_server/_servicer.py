@@ -73,6 +73,9 @@ _CODE_NAMES: Final = {code: code.name for code in grpc.StatusCode}
 log = logging.getLogger("npu_resolver_server.service")
 
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+AfterReload = Callable[[float | None, bool], Awaitable[None]]
+"""What follows a ReloadPolicy call's good load: (seconds before its deadline, whether its
+caller still waits for the reply)."""
 Method = Callable[[bytes, grpc.aio.ServicerContext], "Answer | Awaitable[Answer]"]
 """A handler's body: most answer at once; ReloadPolicy awaits a load in a worker thread."""
 
@@ -134,6 +137,24 @@ _SMALLER_REPLY: Final = {
 """What a caller can do for a smaller reply, by method (where it can do anything)."""
 
 
+@dataclass(slots=True)
+class _Caller:
+    """A ReloadPolicy caller, which may leave (cancel, or its deadline pass) while the work it
+    asked for goes on."""
+
+    left: bool = False
+
+    def failed_unheard(self, work: asyncio.Future[ReloadOutcome]) -> None:
+        """An error of the work after its caller left reaches no reply: logged as any internal
+        error (asyncio would print it as plain text when the task is collected)."""
+        if self.left and not work.cancelled() and (error := work.exception()) is not None:
+            log.error(
+                "unexpected error",
+                exc_info=error,
+                extra={"fields": {"event": "internal", "method": "ReloadPolicy"}},
+            )
+
+
 class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
     """A generic handler that serves any method with one handler (streaming, so that it answers
     without waiting for a message a streaming caller may never send)."""
@@ -156,7 +177,7 @@ class ResolverService:
         metrics: Metrics | None = None,
         tally: ServerTally | None = None,
         limits: Limits = Limits(),
-        after_reload: Callable[[float | None], Awaitable[None]] | None = None,
+        after_reload: AfterReload | None = None,
     ) -> None:
         """`after_reload`: awaited after a ReloadPolicy call read the file, with the seconds
         left before the call's deadline (to reach the other workers of a --workers server
@@ -590,10 +611,13 @@ class ResolverService:
             )
         return Answer(grpc.StatusCode.OK, payload=payload)
 
-    async def _reload_everywhere(self, context: grpc.aio.ServicerContext) -> ReloadOutcome:
+    async def _reload_everywhere(
+        self, context: grpc.aio.ServicerContext, caller: _Caller
+    ) -> ReloadOutcome:
         outcome = await self.store.reload_async()
         if self.after_reload is not None and not outcome.error:
-            await self.after_reload(context.time_remaining())  # the reply is due by then
+            # The reply is due by the deadline; a caller gone needs none, nor any wait.
+            await self.after_reload(context.time_remaining(), not caller.left)
         if outcome.error and self.metrics is not None:
             self.metrics.call_reload_failed()
         if outcome.error and self.tally is not None:
@@ -611,10 +635,16 @@ class ResolverService:
         # Shielded: a caller that cancels (or whose deadline passes) while the file loads does
         # not stop the rest, which the load already began: the other workers are still asked to
         # read it, and a failure is still counted server-wide.
-        reloading = asyncio.ensure_future(self._reload_everywhere(context))
+        caller = _Caller()
+        reloading = asyncio.ensure_future(self._reload_everywhere(context, caller))
         self._reloading.add(reloading)
         reloading.add_done_callback(self._reloading.discard)
-        outcome = await asyncio.shield(reloading)
+        reloading.add_done_callback(caller.failed_unheard)
+        try:
+            outcome = await asyncio.shield(reloading)
+        except asyncio.CancelledError:
+            caller.left = True
+            raise
         response = pb.ReloadPolicyResponse(
             changed=outcome.changed, policy_version=outcome.version, error=outcome.error
         )
