@@ -11,7 +11,7 @@ import pickle
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -1245,90 +1245,37 @@ def test_a_call_cancelled_while_its_handler_awaits_is_counted_and_logged(
     assert (line["method"], line["code"], line["ok"]) == ("ResolveBatch", code, False)
 
 
-@pytest.mark.parametrize("error", ["", "policy.toml: line 1: not TOML"])
-def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_counted(
+class _NoDeadline:
+    """What the ReloadPolicy handler reads of its context."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+def _reload_left_by_its_caller(
     error: str,
-) -> None:
-    """The load is shielded from the caller: a ReloadPolicy cancelled while the file loads went
-    on loading, but the other workers were not asked to read it (a good file) and a failure was
-    not counted server-wide (a bad one)."""
-    from pathlib import Path as _Path
+    after_reload: Callable[[float | None, bool], Awaitable[None]],
+    tally: object = None,
+) -> Any:
+    """A ReloadPolicy call cancelled while the (fake) file loads, then the load let finish and
+    the work after it given time to end; the service, to look at."""
+    from pathlib import Path
 
     from npu_resolver_server._policy_store import ReloadOutcome
     from npu_resolver_server._servicer import ResolverService
 
-    loaded = asyncio.Event()
-    asked: list[float | None] = []
-    failed: list[int] = []
-
     class Store:
-        path = _Path("policy.toml")
+        path = Path("policy.toml")
 
         async def reload_async(self) -> ReloadOutcome:
             await loaded.wait()
             return ReloadOutcome(not error, "v2", error)
 
-    class Tally:
-        def call_failed(self) -> None:
-            failed.append(1)
-
-    async def after_reload(remaining: float | None, answering: bool) -> None:
-        assert not answering  # its caller left: the others are asked, nothing is waited for
-        asked.append(remaining)
-
-    class Context:
-        def time_remaining(self) -> float | None:
-            return None
-
-    service = ResolverService(
-        cast(Any, Store()), tally=cast(Any, Tally()), after_reload=after_reload
-    )
-
-    async def cancelled_mid_load() -> None:
-        call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, Context())))
-        await asyncio.sleep(0.01)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        loaded.set()
-        for _ in range(100):
-            if asked or failed:
-                break
-            await asyncio.sleep(0.01)
-
-    asyncio.run(cancelled_mid_load())
-    assert (len(asked), len(failed)) == ((0, 1) if error else (1, 0))
-
-
-def test_an_error_in_a_reload_whose_caller_left_is_logged_as_an_internal_error() -> None:
-    """No reply carries it: asyncio printed it as plain text ("Task exception was never
-    retrieved") when the task was collected; it is the JSON `internal` line of any other."""
-    from pathlib import Path as _Path
-
-    from npu_resolver_server._policy_store import ReloadOutcome
-    from npu_resolver_server._servicer import ResolverService
-    from tests.test_call_log import _configured
-
     loaded = asyncio.Event()
-
-    class Store:
-        path = _Path("policy.toml")
-
-        async def reload_async(self) -> ReloadOutcome:
-            await loaded.wait()
-            return ReloadOutcome(True, "v2")
-
-    async def after_reload(remaining: float | None, answering: bool) -> None:
-        raise OSError("the supervisor could not be signalled")
-
-    class Context:
-        def time_remaining(self) -> float | None:
-            return None
-
-    service = ResolverService(cast(Any, Store()), after_reload=after_reload)
+    service = ResolverService(cast(Any, Store()), tally=cast(Any, tally), after_reload=after_reload)
 
     async def cancelled_mid_load() -> None:
-        call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, Context())))
+        call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, _NoDeadline())))
         await asyncio.sleep(0.01)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -1339,8 +1286,42 @@ def test_an_error_in_a_reload_whose_caller_left_is_logged_as_an_internal_error()
                 break
             await asyncio.sleep(0.01)
 
+    asyncio.run(cancelled_mid_load())
+    return service
+
+
+@pytest.mark.parametrize("error", ["", "policy.toml: line 1: not TOML"])
+def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_counted(
+    error: str,
+) -> None:
+    """The load is shielded from the caller: a ReloadPolicy cancelled while the file loads went
+    on loading, but the other workers were not asked to read it (a good file) and a failure was
+    not counted server-wide (a bad one)."""
+    asked: list[float | None] = []
+    failed: list[int] = []
+
+    class Tally:
+        def call_failed(self) -> None:
+            failed.append(1)
+
+    async def after_reload(remaining: float | None, answering: bool) -> None:
+        assert not answering  # its caller left: the others are asked, nothing is waited for
+        asked.append(remaining)
+
+    _reload_left_by_its_caller(error, after_reload, Tally())
+    assert (len(asked), len(failed)) == ((0, 1) if error else (1, 0))
+
+
+def test_an_error_in_a_reload_whose_caller_left_is_logged_as_an_internal_error() -> None:
+    """No reply carries it: asyncio printed it as plain text ("Task exception was never
+    retrieved") when the task was collected; it is the JSON `internal` line of any other."""
+    from tests.test_call_log import _configured
+
+    async def after_reload(remaining: float | None, answering: bool) -> None:
+        raise OSError("the supervisor could not be signalled")
+
     with _configured() as log:
-        asyncio.run(cancelled_mid_load())
+        _reload_left_by_its_caller("", after_reload)
     lines = [json.loads(text) for text in log.getvalue().splitlines()]
     internal = [line for line in lines if line.get("event") == "internal"]
     assert len(internal) == 1 and internal[0]["method"] == "ReloadPolicy", lines
