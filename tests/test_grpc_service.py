@@ -1255,7 +1255,7 @@ class _NoDeadline:
 def _reload_left_by_its_caller(
     error: str,
     after_reload: Callable[[float | None, bool], Awaitable[None]],
-    tally: object = None,
+    failures: object = None,
 ) -> Any:
     """A ReloadPolicy call cancelled while the (fake) file loads, then the load let finish and
     the work after it given time to end; the service, to look at."""
@@ -1272,7 +1272,9 @@ def _reload_left_by_its_caller(
             return ReloadOutcome(not error, "v2", error)
 
     loaded = asyncio.Event()
-    service = ResolverService(cast(Any, Store()), tally=cast(Any, tally), after_reload=after_reload)
+    service = ResolverService(
+        cast(Any, Store()), failures=cast(Any, failures), after_reload=after_reload
+    )
 
     async def cancelled_mid_load() -> None:
         call = asyncio.ensure_future(service.reload_policy(b"", cast(Any, _NoDeadline())))
@@ -1300,15 +1302,16 @@ def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_cou
     asked: list[float | None] = []
     failed: list[int] = []
 
-    class Tally:
-        def call_failed(self) -> None:
+    class Failures:
+        def call_failed(self) -> int:
             failed.append(1)
+            return 1
 
     async def after_reload(remaining: float | None, answering: bool) -> None:
         assert not answering  # its caller left: the others are asked, nothing is waited for
         asked.append(remaining)
 
-    _reload_left_by_its_caller(error, after_reload, Tally())
+    _reload_left_by_its_caller(error, after_reload, Failures())
     assert (len(asked), len(failed)) == ((0, 1) if error else (1, 0))
 
 

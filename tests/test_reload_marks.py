@@ -18,7 +18,7 @@ import pytest
 
 from npu_resolver_server import _supervisor
 from npu_resolver_server._app import _reload_every_worker
-from npu_resolver_server._reload_marks import ReloadMarks, ServerTally, forget, now_ns
+from npu_resolver_server._reload_marks import ReloadFailures, ReloadMarks, forget, now_ns
 
 OTHER = os.getppid()
 """A live process that is not this one, standing for another worker."""
@@ -44,19 +44,20 @@ def test_the_servers_count_of_failed_reloads_counts_each_once_and_outlives_a_wor
 ) -> None:
     """Both workers fail the same reloads, one counts them; a failed call counts once, in the
     worker that answered it; a restarted worker reads the count so far, not 0."""
-    holder, other = ServerTally(tmp_path, lambda: True), ServerTally(tmp_path, lambda: False)
-    assert holder.read() == 0
+    holder = ReloadFailures(lambda: True, tmp_path)
+    other = ReloadFailures(lambda: False, tmp_path)
+    assert holder.total() == 0
     for tally in (holder, other):  # a bad push: both read it and fail
         tally.seen(1)
-    assert holder.read() == other.read() == 1
+    assert holder.total() == other.total() == 1
     holder.seen(1)  # told again with no new failure
     other.call_failed()  # a failed ReloadPolicy answered by the other worker
     holder.seen(2)
     holder.call_failed()  # one answered by the holder: its own failure counted it
-    assert other.read() == 3
-    restarted = ServerTally(tmp_path, lambda: True)
+    assert other.total() == 3
+    restarted = ReloadFailures(lambda: True, tmp_path)
     restarted.seen(1)
-    assert restarted.read() == 4
+    assert restarted.total() == 4
 
 
 def test_a_worker_that_exited_is_not_waited_for(tmp_path: Path) -> None:

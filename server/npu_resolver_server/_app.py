@@ -33,8 +33,8 @@ from ._reload_marks import (
     DEADLINE_MARGIN_S,
     WAIT_S,
     FailureCounter,
+    ReloadFailures,
     ReloadMarks,
-    ServerTally,
     now_ns,
 )
 from ._servicer import SERVICE, AfterReload, Limits, ResolverService
@@ -233,11 +233,13 @@ def create_server(
     store: PolicyStore | None = None,
     metrics: Metrics | None = None,
     marks: ReloadMarks | None = None,
+    failures: ReloadFailures | None = None,
     stopping: Callable[[], float | None] = lambda: None,
     supervisor: int | None = None,
 ) -> ResolverServer:
     """Build (not start) a server. Loads the policy unless a store is given (PolicyError).
     `marks`: under --workers, where the workers say when they last read the policy file;
+    `failures`: which failed reloads this worker counts for the server (every one, alone);
     `stopping`: the seconds left until a stop ends the calls, or None while serving;
     `supervisor`: the pid of the process that forked this worker."""
     if store is None:
@@ -245,24 +247,27 @@ def create_server(
         store.load_initial()
     cache = AnswerCache(settings.cache_entries)
     in_force = [store.version]
+    counted = failures if failures is not None else ReloadFailures(lambda: True)
 
     def on_change(changed: PolicyStore) -> None:
-        if marks is not None:
-            marks.tally.seen(changed.failures)
+        added = counted.seen(changed.failures)
         if changed.version != in_force[0]:
             in_force[0] = changed.version
             cache.clear()  # answers under the old policy can never be asked for again
         if metrics is not None:
-            metrics.policy(changed.version, changed.failures, failing=bool(changed.last_error))
+            metrics.policy(changed.version, failing=bool(changed.last_error))
+            metrics.reload_failed(added)
 
     store.add_listener(on_change)
+    added = counted.seen(store.failures)
     if metrics is not None:
-        metrics.policy(store.version, store.failures, failing=bool(store.last_error))
+        metrics.policy(store.version, failing=bool(store.last_error))
+        metrics.reload_failed(added)
     service = ResolverService(
         store,
         cache=cache,
         metrics=metrics,
-        tally=marks.tally if marks is not None else None,
+        failures=counted,
         limits=Limits(
             settings.max_struct_depth, settings.max_struct_keys, settings.max_message_bytes
         ),
@@ -362,6 +367,15 @@ reaches a worker both directly and through its supervisor. Later (or at once, fo
 one process, which gets no copies), a second signal asks to stop now."""
 
 
+def _failures_counted(worker: int, marks: ReloadMarks | None) -> ReloadFailures:
+    """Under --workers, the worker holding a lock in the marks folder counts the failed reloads
+    every worker makes alike: the first to see one takes it (a worker whose start fails sees
+    none), another once that one is gone. With no shared folder, the first worker counts."""
+    if marks is None:
+        return ReloadFailures(lambda: worker == 0)
+    return ReloadFailures(FailureCounter(marks.folder), marks.folder)
+
+
 async def serve(
     settings: ServerSettings,
     *,
@@ -381,7 +395,12 @@ async def serve(
 
     try:
         built = create_server(
-            settings, metrics=metrics, marks=marks, stopping=stopping, supervisor=parent
+            settings,
+            metrics=metrics,
+            marks=marks,
+            failures=_failures_counted(worker, marks),
+            stopping=stopping,
+            supervisor=parent,
         )
     except Exception as exc:  # bad policy, unreadable certificate, port taken
         _start_failed(str(exc), worker)
@@ -537,13 +556,9 @@ def run_worker(
         except Exception as exc:  # an OTEL_* value the SDK refuses (a timeout 'abc')
             _start_failed(f"--tracing: {type(exc).__name__}: {exc}", worker)
             return 2
-    # Taken by the first worker to see a failure (a worker whose start fails sees none), and by
-    # another once that one is gone; with no shared folder, the first worker counts. One lock
-    # for the metric and GetPolicy's count, so that both count in the same worker.
-    counter = FailureCounter(marks_folder) if marks_folder is not None else None
     metrics = None
     if settings.metrics_port:
-        metrics = Metrics(counts_reload_failures=counter if counter is not None else worker == 0)
+        metrics = Metrics()
         if serve_metrics:
             from ._metrics import start_http
 
@@ -552,9 +567,7 @@ def run_worker(
             except OSError as exc:  # the port is taken: a start failure like the gRPC port's
                 _start_failed(f"metrics port {settings.metrics_port}: {exc}", worker)
                 return 2
-    marks = None
-    if marks_folder is not None and counter is not None:
-        marks = ReloadMarks(marks_folder, tally=ServerTally(marks_folder, counter))
+    marks = ReloadMarks(marks_folder) if marks_folder is not None else None
     try:
         return asyncio.run(
             serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
@@ -38,12 +38,7 @@ LATENCY_BUCKETS: Final = (
 class Metrics:
     """The server's metrics; every method is cheap and safe to call per request."""
 
-    def __init__(
-        self, registry: Any = None, *, counts_reload_failures: bool | Callable[[], bool] = True
-    ) -> None:
-        """`counts_reload_failures` (or a function asked each time): every worker reads the
-        same file and fails the same reload, so under --workers only one of them counts it (the
-        sum is then the number of bad pushes, as GetPolicy says)."""
+    def __init__(self, registry: Any = None) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         registry = registry if registry is not None else REGISTRY
@@ -98,9 +93,6 @@ class Metrics:
             registry=registry,
         )
         self._version: str | None = None
-        self._failures_seen = 0
-        counts = counts_reload_failures
-        self._counts_reload_failures = counts if callable(counts) else lambda: counts
         self._children: dict[tuple[Any, ...], Any] = {}
         self._calls: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._code_sets: dict[tuple[str, tuple[str, ...]], tuple[Any, ...]] = {}
@@ -167,7 +159,7 @@ class Metrics:
         self._child(self.batch_items, "ok").inc(ok)
         self._child(self.batch_items, "failed").inc(failed)
 
-    def policy(self, version: str, failures: int, *, failing: bool = False) -> None:
+    def policy(self, version: str, *, failing: bool = False) -> None:
         self.reload_failing.set(1 if failing else 0)
         if version != self._version:
             if self._version is not None:
@@ -178,16 +170,11 @@ class Metrics:
                     self.policy_info.remove(self._version)
             self.policy_info.labels(version).set(1)
             self._version = version
-        if failures > self._failures_seen:
-            if self._counts_reload_failures():
-                self.reload_failures.inc(failures - self._failures_seen)
-            self._failures_seen = failures
 
-    def call_reload_failed(self) -> None:
-        """A ReloadPolicy call that failed is answered by one worker; when that worker is not
-        the one counting the reloads every worker makes alike, it counts this one itself."""
-        if not self._counts_reload_failures():
-            self.reload_failures.inc()
+    def reload_failed(self, count: int) -> None:
+        """Failed reloads this worker counts for the server (see ReloadFailures)."""
+        if count:
+            self.reload_failures.inc(count)
 
 
 def _bare(host: str) -> str:

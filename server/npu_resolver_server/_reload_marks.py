@@ -43,14 +43,10 @@ def alive(pid: int) -> bool:
 class ReloadMarks:
     """One worker's view of the folder of marks."""
 
-    def __init__(
-        self, folder: Path, pid: int | None = None, *, tally: ServerTally | None = None
-    ) -> None:
-        """`tally`: the server's count of failed reloads, kept in the same folder."""
+    def __init__(self, folder: Path, pid: int | None = None) -> None:
         self.folder = folder
         self.pid = os.getpid() if pid is None else pid
         self._written = -1
-        self.tally = tally if tally is not None else ServerTally(folder, FailureCounter(folder))
 
     def record(self, started_ns: int) -> None:
         """This worker finished a reload that began at `started_ns` (an older one finishing
@@ -157,33 +153,42 @@ class FailureCounter:
         return True
 
 
-class ServerTally:
-    """Under --workers, the server's count of failed policy reloads (GetPolicy's
-    reload_failures), kept in a file of the marks folder: the same number whichever worker
-    answers, and never back to 0 when a worker is restarted. Counted as the metric counts it:
-    the reloads every worker makes alike by the worker holding the FailureCounter lock, and a
-    failed ReloadPolicy call by the worker that answered it when that is another one."""
+class ReloadFailures:
+    """The policy reloads that failed, as this worker counts them for the server: every worker
+    reads the same file and fails alike, so one of them counts those (`counts`: a
+    FailureCounter under --workers), and a failed ReloadPolicy call is counted by the worker
+    that answered it when that is another. The metric and GetPolicy's count both take these.
+    Under --workers (`folder`: the marks folder) the total is kept in a file there: the same
+    whichever worker answers, and never back to 0 when a worker is restarted."""
 
     NAME: Final = "reload-failures"
 
-    def __init__(self, folder: Path, counts: Callable[[], bool]) -> None:
-        self._path = folder / self.NAME
+    def __init__(self, counts: Callable[[], bool], folder: Path | None = None) -> None:
         self._counts = counts
+        self._path = folder / self.NAME if folder is not None else None
         self._seen = 0
 
-    def seen(self, failures: int) -> None:
-        """This worker's own count of failed reloads, after a load or a failed one."""
+    def seen(self, failures: int) -> int:
+        """This worker's own count of failed reloads, after a load or a failed one: how many
+        of them it counts for the server now."""
+        added = 0
         if failures > self._seen:
-            if self._counts():
-                self._add(failures - self._seen)
+            added = failures - self._seen if self._counts() else 0
             self._seen = failures
+        self._add(added)
+        return added
 
-    def call_failed(self) -> None:
-        """This worker answered a ReloadPolicy call whose reload failed."""
-        if not self._counts():
-            self._add(1)
+    def call_failed(self) -> int:
+        """This worker answered a ReloadPolicy call whose reload failed: how many it counts."""
+        added = 0 if self._counts() else 1
+        self._add(added)
+        return added
 
-    def read(self) -> int:
+    def total(self) -> int | None:
+        """The server's count, or None where there is no shared one (a server of one process:
+        its own count is the answer)."""
+        if self._path is None:
+            return None
         try:
             with open(self._path, "rb") as file:
                 fcntl.flock(file, fcntl.LOCK_SH)
@@ -192,6 +197,8 @@ class ServerTally:
             return 0
 
     def _add(self, count: int) -> None:
+        if self._path is None or not count:
+            return
         with contextlib.suppress(OSError):  # the folder is gone: the server is stopping
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             with open(fd, "r+b") as file:

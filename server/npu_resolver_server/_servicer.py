@@ -46,7 +46,7 @@ from ._reading import (
     unreadable,
     without_map,
 )
-from ._reload_marks import ServerTally
+from ._reload_marks import ReloadFailures
 from ._replies import (
     STATUS_DETAILS_KEY,
     RefusedError,
@@ -175,16 +175,16 @@ class ResolverService:
         *,
         cache: AnswerCache | None = None,
         metrics: Metrics | None = None,
-        tally: ServerTally | None = None,
+        failures: ReloadFailures | None = None,
         limits: Limits = Limits(),
         after_reload: AfterReload | None = None,
     ) -> None:
         """`after_reload`: awaited after a ReloadPolicy call read the file, with the seconds
         left before the call's deadline (to reach the other workers of a --workers server
-        before the reply); `tally`: under --workers, the server's count of failed reloads,
-        which GetPolicy says (else this worker's own)."""
+        before the reply); `failures`: the failed reloads this worker counts for the server,
+        and their total under --workers, which GetPolicy says (else this worker's own)."""
         self.store = store
-        self.tally = tally
+        self.failures = failures
         self.after_reload = after_reload
         self.cache = cache if cache is not None else AnswerCache(0)
         self.metrics = metrics
@@ -587,9 +587,7 @@ class ResolverService:
             profiles=list(status.profiles),
             last_reload_error=status.last_reload_error,
             refused_version=status.refused_version,
-            reload_failures=(
-                self.tally.read() if self.tally is not None else status.reload_failures
-            ),
+            reload_failures=self._reload_failures(status.reload_failures),
         )
         payload = response.SerializeToString()
         limit = self.limits.max_reply_bytes
@@ -618,11 +616,17 @@ class ResolverService:
         if self.after_reload is not None and not outcome.error:
             # The reply is due by the deadline; a caller gone needs none, nor any wait.
             await self.after_reload(context.time_remaining(), not caller.left)
-        if outcome.error and self.metrics is not None:
-            self.metrics.call_reload_failed()
-        if outcome.error and self.tally is not None:
-            self.tally.call_failed()
+        if outcome.error and self.failures is not None:
+            added = self.failures.call_failed()
+            if self.metrics is not None:
+                self.metrics.reload_failed(added)
         return outcome
+
+    def _reload_failures(self, own: int) -> int:
+        """The server's count of failed reloads (`own`: this worker's, the answer when there
+        is no shared count)."""
+        total = self.failures.total() if self.failures is not None else None
+        return own if total is None else total
 
     async def reload_policy(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ReloadPolicyRequest, raw)
