@@ -34,7 +34,7 @@ def product_json(product: Product) -> dict[str, JSON]:
 @lru_cache(maxsize=32)
 def _untouched(pid: str, mode: Mode, catalog: Catalog) -> Mapping[str, JSON]:
     """The answer when nothing but the mode is set: what each option takes by default."""
-    config: dict[str, JSON] = {"graph_run_mode": 0} if mode is Mode.INFERENCE else {}
+    config: dict[str, JSON] = {MODE_OPTION: mode.graph_run_mode} if mode is Mode.INFERENCE else {}
     return resolve(ResolveRequest(product=pid, config=config), catalog=catalog).options
 
 

@@ -7,7 +7,7 @@ from typing import Final
 
 from ._catalog import OptionView
 from ._model import CATALOG_VERSION, Code, Source
-from ._schema import Mode, ValueGate
+from ._schema import MODE_OPTION, Mode, ValueGate
 from ._state import State
 from ._values import show
 
@@ -52,7 +52,7 @@ def apply_gates(state: State) -> None:
     the caller's graph_run_mode was refused, the mode they meant is not known: the mode's
     gates judge nothing (the answer is not ok anyway), as no rule judges from a refused value."""
     # (A lock or a policy default that decided the mode all the same leaves it known.)
-    mode_unknown = "graph_run_mode" in state.refused and "graph_run_mode" not in state.slots
+    mode_unknown = MODE_OPTION in state.refused and MODE_OPTION not in state.slots
     views, slots = state.view, state.slots  # a drop pops from this same dict
     for name in state.touched:
         view = views[name]

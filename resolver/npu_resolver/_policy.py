@@ -33,7 +33,7 @@ from ._catalog import CATALOG, Catalog
 from ._fingerprint import canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
 from ._products import PRODUCT_IDS, product_id
-from ._schema import Mode
+from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
 from ._values import Problem, config_shape, parse, show
 
@@ -522,14 +522,15 @@ def _each_mode(
     mode it can run in (the locked one, else both): the config and its answer."""
     from ._pipeline import resolve_for_checks
 
-    modes = [{}] if "graph_run_mode" in layer.locked else [{"graph_run_mode": m} for m in (1, 0)]
+    locked = MODE_OPTION in layer.locked
+    modes = [{}] if locked else [{MODE_OPTION: m.graph_run_mode} for m in Mode]
     for config in modes:
         request = ResolveRequest(product=pid, profile=name, config=config)
         yield config, resolve_for_checks(request, catalog=catalog, policy=policy)
 
 
 def _mode_name(result: Resolution) -> str:
-    mode = result.options.get("graph_run_mode")
+    mode = result.options.get(MODE_OPTION)
     return Mode.from_graph_run_mode(mode if isinstance(mode, int) else 1).prose
 
 
@@ -546,7 +547,7 @@ def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, s
     """(option, what) for each error between two of the layer's locks, the locked mode
     among them."""
     clashes = []
-    mode_lock = layer.locked.get("graph_run_mode")
+    mode_lock = layer.locked.get(MODE_OPTION)
     for d in result.diagnostics:
         if d.severity is not Severity.ERROR or d.option not in layer.locked:
             continue

@@ -25,7 +25,7 @@ from ._model import (
     keep,
     unset,
 )
-from ._schema import Mode, Option
+from ._schema import MODE_OPTION, Mode, Option
 from ._state import PolicyEntry, PolicyLayer, Slot, State
 from ._values import Parsed, Problem, parse, show
 
@@ -39,14 +39,14 @@ def effective_mode(
     """Step 4: lock, else explicit, else policy default, else 1 (training). A policy value is
     read as the option reads it ("0" is 0), so the mode and the option never disagree."""
     for entry in (
-        layer.locked.get("graph_run_mode"),
-        explicit.get("graph_run_mode"),
-        layer.defaults.get("graph_run_mode"),
+        layer.locked.get(MODE_OPTION),
+        explicit.get(MODE_OPTION),
+        layer.defaults.get(MODE_OPTION),
     ):
         if entry is None:
             continue
         if isinstance(entry, PolicyEntry):
-            parsed = parse(state.view["graph_run_mode"], entry.value, product=state.pid)
+            parsed = parse(state.view[MODE_OPTION], entry.value, product=state.pid)
             value = parsed.value if isinstance(parsed, Parsed) else None
         else:
             value = entry[0]
