@@ -197,9 +197,11 @@ def test_time_the_supervisor_did_not_run_is_no_workers_silence(
         if beat_at != 1:
             beats(beat_at)  # resumed, it beats again
         clock[0] = 100.0 + step
+        supervisor._tick()  # a turn of the supervisor's loop, which sees the pause
         supervisor._kill_hung()
     assert killed == []
     for step in (5.9, 6.9, 7.9):  # and now it is silent: 3 s watched
         clock[0] = 100.0 + step
+        supervisor._tick()
         supervisor._kill_hung()
     assert killed == [OTHER]

@@ -134,6 +134,8 @@ _FORWARDED: Final = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """The signals the supervisor forwards to its workers."""
 HUNG_CHECK_S: Final = 1.0
 """How often the supervisor looks at the workers' heartbeats."""
+PAUSE_S: Final = HUNG_CHECK_S * 1.25
+"""A gap between two turns of the supervisor's 0.05 s loop longer than this is a pause."""
 STOP_MARGIN_S: Final = 3.0
 """Past a stop's drain delay and grace, what a worker gets to leave (its spans' 2 s flush, its
 call lines) before it is killed as hung: with deploy/'s 5 s preStop, before the kubelet's
@@ -182,13 +184,28 @@ class Supervisor:
         """The supervisor's listening sockets (metrics), which no worker keeps."""
         self._killed_hung: set[int] = set()
         self._beats: dict[int, tuple[int, float]] = {}
-        """pid -> (its last heartbeat seen, when the supervisor first saw it, monotonic)."""
+        """pid -> (its last heartbeat seen, when the supervisor first saw it, on its clock)."""
         self._spawned: dict[int, float] = {}
-        """pid -> when it was started (monotonic), until its first heartbeat is seen."""
+        """pid -> when it was started (on the clock), until its first heartbeat is seen."""
         self._last_check: float | None = None
         self._stop_began: float | None = None
-        """When the stop began (monotonic, moved on by time the supervisor did not run)."""
-        self._stop_checked: float | None = None
+        """When the stop began, on the clock."""
+        self._paused = 0.0
+        """Time the supervisor did not run, left out of its clock (see _tick)."""
+        self._last_turn: float | None = None
+
+    def _clock(self) -> float:
+        """The supervisor's own clock: monotonic time less the time it did not run."""
+        return time.monotonic() - self._paused
+
+    def _tick(self) -> None:
+        """A turn of the loop. A gap since the last one longer than PAUSE_S is time the
+        supervisor did not run (the whole server stopped, a paused container): nobody's silence
+        or delay, so left out of the clock that times the workers' heartbeats, starts and stop."""
+        now = time.monotonic()
+        if self._last_turn is not None and now - self._last_turn > PAUSE_S:
+            self._paused += now - self._last_turn
+        self._last_turn = now
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
@@ -200,17 +217,9 @@ class Supervisor:
         (Ctrl-Z, a paused container) or a wall clock stepped forward kills no worker."""
         if self.marks is None or self.stopping:
             return
-        now = time.monotonic()
+        now = self._clock()
         if self._last_check is not None and now < self._last_check + HUNG_CHECK_S:
             return
-        if self._last_check is not None:
-            # Time the supervisor did not run (the whole server stopped, a paused container) is
-            # nobody's silence: what it watched resumes where it stopped, and the workers,
-            # resumed too, get a beat's time to be seen beating again.
-            gap = now - self._last_check
-            if gap > HUNG_CHECK_S * 1.25:
-                self._beats = {pid: (beat, at + gap) for pid, (beat, at) in self._beats.items()}
-                self._spawned = {pid: at + gap for pid, at in self._spawned.items()}
         self._last_check = now
         settings = self.settings
         for pid, worker in list(self.children.items()):
@@ -245,24 +254,20 @@ class Supervisor:
 
     def _begin_stop(self) -> None:
         self.stopping = True
-        if self._stop_began is None:  # a pause from now on is seen by _kill_overdue
-            self._stop_began = self._stop_checked = time.monotonic()
+        if self._stop_began is None:
+            self._stop_began = self._clock()
 
     def _kill_overdue(self) -> None:
         """A worker still there past the stop's drain delay and grace (stopped with SIGSTOP, a
         loop that never yields) would hold the supervisor, and a pod, until the kubelet's
         SIGKILL, with nothing said: it is killed as hung (phase "stopping"), and the exit
-        status says the stop was not clean. Time the supervisor did not run (the whole server
-        paused mid-stop) is nobody's delay: the stop's clock moves past it, as _kill_hung's."""
+        status says the stop was not clean. Timed on the supervisor's clock, as the
+        heartbeats are: a server paused mid-stop is no overdue stop."""
         if self._stop_began is None:
             return
-        now = time.monotonic()
-        if self._stop_checked is not None and now - self._stop_checked > HUNG_CHECK_S * 1.25:
-            self._stop_began += now - self._stop_checked
-        self._stop_checked = now
         settings = self.settings
         limit = settings.drain_delay_seconds + settings.grace_seconds + STOP_MARGIN_S
-        since = now - self._stop_began
+        since = self._clock() - self._stop_began
         for pid, worker in list(self.children.items()):
             self._judge(pid, worker, "stopping", since, limit)
 
@@ -276,7 +281,7 @@ class Supervisor:
             if pid == 0:
                 _child(self.settings, worker, parent, self.marks, self._own_sockets)
             self.children[pid] = worker
-            self._spawned[pid] = time.monotonic()
+            self._spawned[pid] = self._clock()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         say("worker_started", worker=worker, worker_pid=pid)
@@ -385,6 +390,7 @@ class Supervisor:
                 break
             self._spawn(worker)
         while self.children or (self._pending and not self.stopping):
+            self._tick()
             self._reap()
             self._kill_hung()
             self._kill_overdue()
