@@ -90,6 +90,34 @@ def test_product_aliases_ignore_case_spaces_dashes_underscores(alias: str, pid: 
     assert product_id(alias) == pid
 
 
+SOC_VERSIONS = {
+    "Ascend910_9391": "atlas-a3",
+    "Ascend910_9392": "atlas-a3",
+    "Ascend910_9381": "atlas-a3",
+    "Ascend910_9382": "atlas-a3",
+    "Ascend910_9372": "atlas-a3",
+    "Ascend910_9362": "atlas-a3",
+    "Ascend910B1": "atlas-a2",
+    "Ascend910B2": "atlas-a2",
+    "Ascend910B2C": "atlas-a2",
+    "Ascend910B3": "atlas-a2",
+    "Ascend910B4": "atlas-a2",
+    "Ascend910B4-1": "atlas-a2",
+    "Ascend910A": "atlas-training",
+    "Ascend910ProA": "atlas-training",
+    "Ascend910ProB": "atlas-training",
+    "Ascend910PremiumA": "atlas-training",
+    "Ascend310P3": "atlas-300i-duo",
+}
+
+
+@pytest.mark.parametrize(("soc", "pid"), SOC_VERSIONS.items())
+def test_every_soc_version_names_its_product(soc: str, pid: str) -> None:
+    """A launcher may pass the card's SoC version as the product: the list is pinned here,
+    apart from the product table, so that a name dropped from the table fails."""
+    assert product_id(soc) == pid
+
+
 def test_every_product_has_its_family_of_rules_md_and_its_id_is_its_own_alias() -> None:
     for product in PRODUCTS:
         assert product_id(product.id) == product.id
@@ -148,6 +176,35 @@ def test_description_gives_the_default_that_takes_effect_beside_the_documented_o
     # documented 1 is training's; an inference column of 1 contradicted the mode itself)
     assert options["graph_run_mode"]["defaults"] == {"training": 1, "inference": 0}
     assert options["hccl_timeout"]["effective_defaults"] == {"training": 1836, "inference": 1836}
+
+
+def test_description_gives_every_product_its_documented_defaults_in_each_mode() -> None:
+    """explain's defaults per product, not atlas-a2's alone: R-PM-5's precision default by
+    family (none documented on atlas-300i-duo), and R-ESC-1's 0 in training, 1 in online
+    inference on every product."""
+    from npu_resolver import describe_catalog
+
+    precision = {
+        "atlas-350": "must_keep_origin_dtype",
+        "atlas-a3": "must_keep_origin_dtype",
+        "atlas-a2": "must_keep_origin_dtype",
+        "atlas-training": "allow_fp32_to_fp16",
+        "atlas-300i-duo": None,
+    }
+    for pid, default in precision.items():
+        options = {o["name"]: o["products"][pid] for o in describe_catalog(pid)["options"]}
+        assert options["precision_mode"]["defaults"]["training"] == default, pid
+        assert options["enable_small_channel"]["defaults"] == {"training": 0, "inference": 1}, pid
+
+
+def test_the_variables_read_are_the_ones_rules_md_names() -> None:
+    """ENV_VARS decides what --inherit-env passes on and which --env names are taken: a name
+    misspelt in the table would silently drop the job's variable."""
+    from npu_resolver import ENV_VARS
+
+    text = (SPEC / "rules.md").read_text(encoding="utf-8")
+    section = text.split("## Environment variables the source names", 1)[1].split("##", 1)[0]
+    assert set(ENV_VARS) == set(re.findall(r"`([A-Z_]+)`", section))
 
 
 def test_describe_takes_product_aliases_and_names_the_known_ones_for_an_unknown_product() -> None:
