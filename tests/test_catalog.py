@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,14 +156,17 @@ def test_description_keeps_a_value_refused_in_one_mode_only_as_a_mode_restrictio
     }
 
 
+def _described(pid: str) -> dict[str, Any]:
+    """explain's data for one product: each option's entry for it, by option name."""
+    from npu_resolver import describe_catalog
+
+    return {o["name"]: o["products"][pid] for o in describe_catalog(pid)["options"]}
+
+
 def test_description_gives_the_default_that_takes_effect_beside_the_documented_one() -> None:
     """R-PREC-1 keeps one precision default, R-SGM-1 drops shape_generalization_mode without
     jit_compile 'true', and online inference is graph_run_mode 0."""
-    from npu_resolver import describe_catalog
-
-    options = {
-        o["name"]: o["products"]["atlas-a2"] for o in describe_catalog("atlas-a2")["options"]
-    }
+    options = _described("atlas-a2")
     assert options["precision_mode"]["defaults"]["training"] == "must_keep_origin_dtype"
     assert options["precision_mode"]["effective_defaults"] == {"training": None, "inference": None}
     assert options["precision_mode_v2"]["effective_defaults"] == {
@@ -182,8 +186,6 @@ def test_description_gives_every_product_its_documented_defaults_in_each_mode() 
     """explain's defaults per product, not atlas-a2's alone: R-PM-5's precision default by
     family (none documented on atlas-300i-duo), and R-ESC-1's 0 in training, 1 in online
     inference on every product."""
-    from npu_resolver import describe_catalog
-
     precision = {
         "atlas-350": "must_keep_origin_dtype",
         "atlas-a3": "must_keep_origin_dtype",
@@ -192,7 +194,7 @@ def test_description_gives_every_product_its_documented_defaults_in_each_mode() 
         "atlas-300i-duo": None,
     }
     for pid, default in precision.items():
-        options = {o["name"]: o["products"][pid] for o in describe_catalog(pid)["options"]}
+        options = _described(pid)
         assert options["precision_mode"]["defaults"]["training"] == default, pid
         assert options["enable_small_channel"]["defaults"] == {"training": 0, "inference": 1}, pid
 
