@@ -312,8 +312,9 @@ def test_load_policy_reports_unreadable_and_non_utf8(tmp_path: Path) -> None:
         load_policy(tmp_path / "missing.toml")
     bad = tmp_path / "latin1.toml"
     bad.write_bytes(b"[profiles.default.defaults]\n# \xe9\n")
-    with pytest.raises(PolicyError, match="not UTF-8"):
+    with pytest.raises(PolicyError) as info:
         load_policy(bad)
+    assert info.value.problems == ["not UTF-8 at byte 30"]  # where the bad sequence starts
 
 
 def test_empty_policy_is_refused() -> None:
@@ -460,6 +461,39 @@ def test_diagnostics_from_policy_name_the_profiles_a_lock_reaches_r_esc_1() -> N
     assert "'p6' and 3 more: " in line and "'own'" not in line
 
 
+def test_policy_check_lines_r_esc_1_r_hct_3_r_dep_3_are_sorted_and_name_no_lone_profile() -> None:
+    """With one profile, no line names a profile; a line for one product names it once,
+    though its message names it too; a message naming no product is not said to be one
+    product's words."""
+    policy = parse_policy(
+        "[profiles.default.defaults]\nop_debug_level = 0\nenable_small_channel = 0\n"
+        "[profiles.default.products.atlas-training.defaults]\nhccl_timeout = 600\n"
+    )
+    lines = [says.text for says in npu_resolver.diagnostics_from_policy(policy)]
+    heads = [
+        "enable_small_channel default from [profiles.default.defaults]: WARNING FORCED "
+        "(R-ESC-1) on every product, in online inference: ",
+        "hccl_timeout default from [profiles.default.products.atlas-training.defaults]: INFO "
+        "ROUNDED (R-HCT-3) on atlas-training, in training and online inference: ",
+        "op_debug_level default from [profiles.default.defaults]: WARNING DEPRECATED (R-DEP-3) "
+        "on every product, in training and online inference: ",
+    ]
+    assert len(lines) == len(heads)
+    assert all(line.startswith(head) for line, head in zip(lines, heads, strict=True))
+
+
+def test_policy_check_says_on_which_product_a_line_for_several_was_worded_r_hct_3() -> None:
+    """A message that names the product it was said on is shown once for all the products:
+    the line says which one's words they are."""
+    policy = parse_policy("[profiles.default.defaults]\nhccl_timeout = 600\n")
+    (line,) = [says.text for says in npu_resolver.diagnostics_from_policy(policy)]
+    assert line.startswith(
+        "hccl_timeout default from [profiles.default.defaults]: INFO ROUNDED (R-HCT-3) on "
+        "atlas-training, atlas-300i-duo, in training and online inference (as said on "
+        "atlas-training): the policy's hccl_timeout 600 "
+    )
+
+
 SHARED_AND_OWN = """
 [profiles.default.defaults]
 hccl_timeout = 20000
@@ -501,6 +535,19 @@ def test_r_hct_3_a_value_for_every_product_one_product_refuses_names_its_own_tab
     )
 
 
+def test_r_pm_4_a_value_for_every_product_several_products_refuse_names_each_of_them() -> None:
+    """The tables named are those of the products that refuse the value; the example is the
+    first of them."""
+    assert refused(
+        '[profiles.default.defaults]\nprecision_mode = "allow_mix_precision_bf16"\n'
+    ) == (
+        "p.toml: [profiles.default.defaults] precision_mode: value 'allow_mix_precision_bf16' "
+        "is not supported on atlas-training (R-PM-4); give each of atlas-training, "
+        "atlas-300i-duo a value of its own, as in "
+        "[profiles.default.products.atlas-training.defaults]"
+    )
+
+
 def test_r_pm_4_a_default_for_every_product_is_not_checked_where_the_product_locks_it() -> None:
     """A product's lock wins over the shared default there: that product never gets it."""
     text = """
@@ -530,6 +577,31 @@ def test_a_file_of_thousands_of_bad_keys_is_refused_in_a_bounded_message() -> No
     assert len(problems) == 51 and problems[-1] == "and 4951 more problems not listed"
     assert problems[0] == "[profiles.default.defaults] k0: unknown option"
     assert len(str(info.value)) < 51 * 500
+
+
+@pytest.mark.parametrize(
+    ("count", "last"),
+    [
+        (50, "[profiles.default.defaults] k49: unknown option"),
+        (51, "and 1 more problem not listed"),
+        (52, "and 2 more problems not listed"),
+    ],
+)
+def test_problems_past_the_fiftieth_are_counted_in_one_line(count: int, last: str) -> None:
+    text = "[profiles.default.defaults]\n" + "".join(f"k{i} = 1\n" for i in range(count))
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.toml")
+    assert len(info.value.problems) == min(count, 51) and info.value.problems[-1] == last
+
+
+def test_the_last_listed_unknown_option_still_gets_its_close_name() -> None:
+    """Close names are sought for every problem listed: the fiftieth is still one."""
+    text = "[profiles.default.defaults]\n" + "".join(f"k{i} = 1\n" for i in range(49))
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text + "hccl_timout = 1\n", "p.toml")
+    assert info.value.problems[-1] == (
+        "[profiles.default.defaults] hccl_timout: unknown option; did you mean 'hccl_timeout'?"
+    )
 
 
 @pytest.mark.parametrize(
