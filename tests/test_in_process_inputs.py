@@ -15,6 +15,8 @@ from npu_resolver import (
     Code,
     PolicyError,
     ResolveRequest,
+    Severity,
+    Source,
     _products,
     describe_option,
     resolve,
@@ -509,3 +511,88 @@ def test_a_diff_refused_for_too_many_names_reads_no_more_than_it_needs() -> None
     with pytest.raises(DiffError, match="names more than 16"):
         diff(ResolveRequest("atlas-a2"), names)
     assert names.read == 17
+
+
+def test_an_answers_errors_warnings_and_notes_each_hold_one_severity_and_all_of_it() -> None:
+    answer = resolve(
+        ResolveRequest(
+            "atlas-a2",
+            {"hccl_timeot": 1, "enable_reduce_precision": True, "hccl_timeout": "600"},
+        )
+    )
+    kinds = {
+        Severity.ERROR: answer.errors,
+        Severity.WARNING: answer.warnings,
+        Severity.INFO: answer.notes,
+    }
+    for severity, diagnostics in kinds.items():
+        assert diagnostics, severity
+        assert all(d.severity is severity for d in diagnostics), severity
+    assert sum(map(len, kinds.values())) == len(answer.diagnostics)
+
+
+def test_from_json_refuses_an_unknown_field_naming_it() -> None:
+    """A misspelt field ("confg") would otherwise send the job's config nowhere, silently."""
+    with pytest.raises(ValueError, match=r"unknown request field\(s\): confg"):
+        ResolveRequest.from_json({"product": "atlas-a2", "confg": {"hccl_timeout": 600}})
+
+
+@pytest.mark.parametrize("field", ["strict", "validate_only"])
+@pytest.mark.parametrize("value", [1, 0, "true"])
+def test_from_json_refuses_a_flag_that_is_not_true_or_false(field: str, value: Any) -> None:
+    """JSON's 1 or "true" is not a bool: the request is refused, not read as one."""
+    with pytest.raises(ValueError, match=f"'{field}' must be true or false"):
+        ResolveRequest.from_json({"product": "atlas-a2", field: value})
+
+
+def test_a_diffs_differing_names_exactly_the_options_whose_value_or_source_differs() -> None:
+    from npu_resolver import Resolution, diff
+
+    answer = diff(ResolveRequest("", {"hccl_timeout": 600}), ["atlas-a2", "atlas-training"])
+    a2, training = answer.results["atlas-a2"], answer.results["atlas-training"]
+
+    def cell(result: Resolution, name: str) -> tuple[Any, Source] | None:
+        if name not in result.options:
+            return None
+        return result.options[name], result.provenance[name].source
+
+    shown = [o.name for o in CATALOG.options if cell(a2, o.name) or cell(training, o.name)]
+    expected = [name for name in shown if cell(a2, name) != cell(training, name)]
+    data = answer.to_json()
+    assert "hccl_timeout" in expected and "graph_run_mode" in shown
+    assert data["differing"] == expected
+    assert "graph_run_mode" not in data["differing"]
+
+
+def test_a_diffs_product_name_of_the_longest_length_is_a_column_one_longer_is_refused() -> None:
+    from npu_resolver import MAX_PRODUCT_NAME, DiffError, diff
+
+    longest = "x" * MAX_PRODUCT_NAME
+    answer = diff(ResolveRequest(""), ["atlas-a2", longest])
+    assert answer.products == ("atlas-a2", longest)
+    assert [d.code for d in answer.results[longest].errors] == [Code.UNKNOWN_PRODUCT]
+    with pytest.raises(DiffError, match=f"product name 2 has {MAX_PRODUCT_NAME + 1} characters"):
+        diff(ResolveRequest(""), ["atlas-a2", longest + "x"])
+
+
+def test_a_diff_of_as_many_products_as_it_takes_is_made() -> None:
+    from npu_resolver import MAX_DIFF_PRODUCTS, diff
+
+    names = [f"x{i}" for i in range(MAX_DIFF_PRODUCTS)]
+    assert diff(ResolveRequest(""), names).products == tuple(names)
+
+
+def test_a_strict_diff_makes_each_columns_drop_an_error_as_a_strict_resolve_does() -> None:
+    """The contract's `strict` holds for every column: R-ERP-1's drop is an ERROR in each."""
+    from dataclasses import replace
+
+    from npu_resolver import diff
+
+    request = ResolveRequest("", {"enable_reduce_precision": True}, strict=True)
+    answer = diff(request, ["atlas-a2", "atlas-training"])
+    for pid, result in answer.results.items():
+        assert not result.ok
+        assert [(d.severity, d.code) for d in result.diagnostics] == [
+            (Severity.ERROR, Code.DROPPED_UNSUPPORTED_VERSION)
+        ]
+        assert result == resolve(replace(request, product=pid))

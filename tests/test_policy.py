@@ -414,6 +414,25 @@ def test_r_qdm_1_r_buf_1_a_policy_value_the_mode_lacks_is_said_to_be_the_policys
     assert inference.options["buffer_optimize"] == "l2_optimize"
 
 
+def test_r_prec_1_a_policy_default_the_jobs_option_supersedes_is_named_once() -> None:
+    """The message already says the value came from the policy: it is not wrapped in a
+    second "the policy sets ..." lead."""
+    policy = parse_policy('[profiles.default.defaults]\nprecision_mode_v2 = "fp16"\n', "p.toml")
+    request = ResolveRequest(
+        "atlas-a2", config={"precision_mode": "force_fp16", "graph_run_mode": 0}
+    )
+    (dropped,) = resolve(request, policy=policy).diagnostics
+    assert (dropped.code, dropped.option, dropped.rule) == (
+        "DROPPED_SUPERSEDED",
+        "precision_mode_v2",
+        "R-PREC-1",
+    )
+    assert dropped.message == (
+        "precision_mode_v2 'fp16' from the policy (default from [profiles.default.defaults]) "
+        "is dropped because the job sets precision_mode."
+    )
+
+
 def test_policy_check_names_the_defaults_a_lock_always_wins_over() -> None:
     """A default the default profile's lock (held by every profile) or a lock of the same
     table overrides can never act: the summary says so. One product's lock over a default
@@ -577,6 +596,14 @@ def test_a_file_of_thousands_of_bad_keys_is_refused_in_a_bounded_message() -> No
     assert len(problems) == 51 and problems[-1] == "and 4951 more problems not listed"
     assert problems[0] == "[profiles.default.defaults] k0: unknown option"
     assert len(str(info.value)) < 51 * 500
+
+
+def test_a_problem_longer_than_500_characters_is_cut_to_500_ending_in_an_ellipsis() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy("[profiles.default.defaults]\n" + "k" * 1000 + " = 1\n", "p.toml")
+    (problem,) = info.value.problems
+    assert len(problem) == 500
+    assert problem == "[profiles.default.defaults] " + "k" * 469 + "..."
 
 
 @pytest.mark.parametrize(
