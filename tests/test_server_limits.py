@@ -729,3 +729,71 @@ def test_a_number_of_thousands_of_digits_in_config_json_is_refused_in_the_resolv
     assert said.code == "INVALID_VALUE" and said.option == "config"
     assert "more than 4,300 digits; no option takes such a number" in said.message
     assert "sys." not in said.message and "not valid JSON" not in said.message
+
+
+LARGE_ATTACHMENT = "op_debug_config = oom\nop_debug_list = " + ",".join(["GatherV2"] * 20_000)
+"""About 180 KB: a request over OFF_LOOP_BYTES."""
+
+
+def _large(method: str) -> Any:
+    """A request of `method` carrying LARGE_ATTACHMENT, with its unary stub's method path."""
+    config = '{"op_debug_config": "/job/debug.cfg"}'
+    attachments = {"op_debug_config": LARGE_ATTACHMENT}
+    item = pb.ResolveRequest(product="atlas-a2", config_json=config, attachments=attachments)
+    if method == "Resolve":
+        return item
+    if method == "ResolveBatch":
+        return pb.ResolveBatchRequest(requests=[item])
+    return pb.DiffRequest(
+        products=["atlas-a2", "atlas-a3"], config_json=config, attachments=attachments
+    )
+
+
+@pytest.mark.parametrize("method", ["Resolve", "ResolveBatch", "Diff"])
+def test_a_large_request_leaves_health_probes_and_small_calls_answered_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Attachments of a megabyte take up to half a second to read: resolved on the event loop,
+    they held every other call of the worker (health probes failed the liveness check). The
+    large request is held here until a probe and a small Resolve have been answered."""
+    import threading
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    import npu_resolver
+    from npu_resolver_server._servicer import OFF_LOOP_BYTES
+    from tests._server import ThreadServer
+
+    assert _large(method).ByteSize() > OFF_LOOP_BYTES
+    entered, release = threading.Event(), threading.Event()
+    real_resolve, real_diff = npu_resolver.resolve, npu_resolver.diff
+
+    def held(real: Any) -> Any:
+        def call(request: ResolveRequest, *args: Any, **kwargs: Any) -> Any:
+            if request.attachments:
+                entered.set()
+                release.wait(20)
+            return real(request, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(npu_resolver, "resolve", held(real_resolve))
+    monkeypatch.setattr(npu_resolver, "diff", held(real_diff))
+    with ThreadServer() as server, grpc.insecure_channel(server.target) as channel:
+        large = channel.unary_unary(f"/npu.resolver.v1.Resolver/{method}")
+        pending = large.future(_large(method).SerializeToString(), timeout=30)
+        try:
+            assert entered.wait(20)
+            small = pb.ResolveRequest(product="atlas-a2", config_json='{"hccl_timeout": 600}')
+            reply = pb.ResolveResponse.FromString(
+                channel.unary_unary(RESOLVE)(small.SerializeToString(), timeout=5)
+            )
+            health = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+            assert not pending.done()
+        finally:
+            release.set()
+        assert reply.ok and reply.options["hccl_timeout"] == 600
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        assert pending.result(timeout=20)

@@ -217,6 +217,7 @@ class ResolverServer:
         if self.health_server is not None:
             stops.append(self.health_server.stop(grace))
         await asyncio.gather(*stops)
+        self.service.close()
         _logging.flush_calls()  # the loop may end before its timer would have written them
 
     def hurry(self) -> None:

@@ -9,13 +9,15 @@ and answered INTERNAL with a message; nothing escapes as UNKNOWN.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, ParamSpec, TypeVar
 
 import grpc
 
@@ -33,7 +35,7 @@ from npu_resolver_client.wire import (
 )
 
 from . import _logging
-from ._cache import Answer, AnswerCache
+from ._cache import MAX_KEY_BYTES, Answer, AnswerCache
 from ._encode import count_fields, field, length_delimited, without_field
 from ._metrics import Metrics
 from ._policy_store import PolicyStore, ReloadOutcome
@@ -77,7 +79,8 @@ AfterReload = Callable[[float | None, bool], Awaitable[None]]
 """What follows a ReloadPolicy call's good load: (seconds before its deadline, whether its
 caller still waits for the reply)."""
 Method = Callable[[bytes, grpc.aio.ServicerContext], "Answer | Awaitable[Answer]"]
-"""A handler's body: most answer at once; ReloadPolicy awaits a load in a worker thread."""
+"""A handler's body: most answer at once; ReloadPolicy, and a large request, await work on
+another thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,14 @@ BATCH_SLICE_S: Final = 0.02
 """Or fewer, once this long has passed: items with megabyte attachments take a tenth of a
 second each, and a health probe should not wait for sixteen of them."""
 MAX_DIFF_PRODUCTS: Final = npu_resolver.MAX_DIFF_PRODUCTS
+OFF_LOOP_BYTES: Final = MAX_KEY_BYTES
+"""Requests larger than this (attachments of hundreds of kilobytes: a tenth to half a second
+each) are resolved on the service's own thread, one at a time, so that health probes and small
+calls on this worker are answered meanwhile. Never less than the answer cache's key bound: the
+cache, on the event loop alone, never holds such a request."""
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 def _map_refused(
@@ -194,6 +205,17 @@ class ResolverService:
         self._reloading: set[asyncio.Future[ReloadOutcome]] = set()
         """ReloadPolicy work still running after its caller left (the loop keeps only weak
         references to tasks)."""
+        self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-requests")
+
+    def close(self) -> None:
+        """After the server stopped: large requests not yet begun are dropped (their callers
+        are gone)."""
+        self._large.shutdown(wait=False, cancel_futures=True)
+
+    async def _off_loop(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """`fn` on the large-request thread; a caller that leaves before it begins drops it."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._large, functools.partial(fn, *args, **kwargs))
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -335,11 +357,35 @@ class ResolverService:
         policy: npu_resolver.PolicyLike | None,
         version: str,
     ) -> Answer:
+        cached = self._cached(raw, version)
+        if cached is not None:
+            return cached
+        answer = self._answer(raw, parsed, policy)
+        self.cache.put(version, raw, answer)
+        return answer
+
+    async def _resolve_large(
+        self,
+        raw: bytes,
+        parsed: pb.ResolveRequest | None,
+        policy: npu_resolver.PolicyLike | None,
+        version: str,
+    ) -> Answer:
+        """_resolve_one for a request over OFF_LOOP_BYTES, which the cache never holds."""
+        self._cached(raw, version)  # a miss, counted as any
+        return await self._off_loop(self._answer, raw, parsed, policy)
+
+    def _cached(self, raw: bytes, version: str) -> Answer | None:
         cached = self.cache.get(version, raw)
         if self.metrics is not None and self.cache.enabled:
             self.metrics.cache_lookup(cached is not None)
-        if cached is not None:
-            return cached
+        return cached
+
+    def _answer(
+        self, raw: bytes, parsed: pb.ResolveRequest | None, policy: npu_resolver.PolicyLike | None
+    ) -> Answer:
+        """Read, resolve and encode one request: no state of the service is touched, so that
+        it may run off the event loop."""
         try:
             message_, left_out = (
                 (parsed, None)
@@ -363,11 +409,9 @@ class ResolverService:
             # validate_only still answers OK and a client gets the full response.
             report = _config_refused(message_, refused, policy)
             return resolution_answer(report, message_.validate_only)
-        answer = resolution_answer(
+        return resolution_answer(
             npu_resolver.resolve(request, policy=policy), request.validate_only
         )
-        self.cache.put(version, raw, answer)
-        return answer
 
     def _unread_config(self, why: Literal["deep", "wide"]) -> RefusedError:
         """A config Struct left unread. Within the server's own limits (18 levels, 10,000 keys
@@ -384,9 +428,12 @@ class ResolverService:
             )
         return RefusedError(config_refusal(shape), "config", "REQUEST_LIMIT")
 
-    def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+    def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer | Awaitable[Answer]:
         policy = self._policy()
-        return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
+        version = policy.version if policy is not None else ""
+        if len(raw) > OFF_LOOP_BYTES:
+            return self._resolve_large(raw, None, policy, version)
+        return self._resolve_one(raw, None, policy, version)
 
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         # Walked field by field below, whatever its size: bound the fields first. Under 256 KiB
@@ -462,7 +509,12 @@ class ResolverService:
                         message=f"deadline exceeded after {index} of {len(items)} items",
                         ok=False,
                     )
-            answer = self._resolve_one(item_bytes[index], item, policy, version)
+            item_raw = item_bytes[index]
+            if len(item_raw) > OFF_LOOP_BYTES:
+                answer = await self._resolve_large(item_raw, item, policy, version)
+                since = clock()  # the loop was free meanwhile
+            else:
+                answer = self._resolve_one(item_raw, item, policy, version)
             part = batch_result(answer)
             if len(tail) + len(part) > limit:  # this item's answer fits in no batch reply
                 answer = alone_too_large(answer, len(part), limit)
@@ -503,7 +555,32 @@ class ResolverService:
 
     # ----------------------------------------------------------------------- the rest
 
-    def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
+    def diff(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer | Awaitable[Answer]:
+        policy = self._policy()
+        if len(raw) > OFF_LOOP_BYTES:
+            return self._diff_large(raw, policy)
+        return self._diff_answer(*self._diff(raw, policy))
+
+    async def _diff_large(self, raw: bytes, policy: npu_resolver.PolicyLike | None) -> Answer:
+        return self._diff_answer(*await self._off_loop(self._diff, raw, policy))
+
+    def _diff_answer(self, result: npu_resolver.DiffResult, payload: bytes) -> Answer:
+        if self.metrics is not None:
+            for resolution in result.results.values():
+                self.metrics.diagnostics_seen(resolution.product, resolution.codes())
+        codes = sorted({c for r in result.results.values() for c in r.codes()})
+        return Answer(
+            grpc.StatusCode.OK,
+            payload=payload,
+            ok=all(r.ok for r in result.results.values()),
+            codes=tuple(codes),
+            codes_counted=True,
+        )
+
+    def _diff(
+        self, raw: bytes, policy: npu_resolver.PolicyLike | None
+    ) -> tuple[npu_resolver.DiffResult, bytes]:
+        """Read, diff and encode: no state of the service is touched (see _answer)."""
         request, left_out = parse_with_config(pb.DiffRequest, raw, self.limits.max_keys)
         try:  # before any work: the core's limits, the same as in process
             # A product named twice, by id or alias, is one column: the cap counts columns.
@@ -512,7 +589,6 @@ class ResolverService:
             raise RefusedError(str(exc), "products", exc.reason) from None
         # Each column once; two names of one product still make a diff, as in process.
         names = products if len(products) > 1 else list(request.products[:2])
-        policy = self._policy()
         # An unknown product is not refused here: its column carries UNKNOWN_PRODUCT, as the
         # resolver in process reports it.
         try:
@@ -543,18 +619,7 @@ class ResolverService:
                 attachments=dict(request.attachments),
             )
             result = npu_resolver.diff(core_request, names, policy=policy)
-        response = diff_to_proto(result)
-        if self.metrics is not None:
-            for resolution in result.results.values():
-                self.metrics.diagnostics_seen(resolution.product, resolution.codes())
-        codes = sorted({c for r in result.results.values() for c in r.codes()})
-        return Answer(
-            grpc.StatusCode.OK,
-            payload=response.SerializeToString(),
-            ok=all(r.ok for r in result.results.values()),
-            codes=tuple(codes),
-            codes_counted=True,
-        )
+        return result, diff_to_proto(result).SerializeToString()
 
     def list_products(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         parse(pb.ListProductsRequest, raw)

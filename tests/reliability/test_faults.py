@@ -345,6 +345,86 @@ def test_limits_leave_nothing_behind_soak(figures: Figures) -> None:
     assert growth[-1] - growth[len(growth) // 2 - 1] < 16, line
 
 
+# --------------------------------------------------------------------------- large requests
+
+
+def _large_request() -> pb.ResolveRequest:
+    """Four attachments near their 1 MiB limit (about 3.6 MB): half a second of resolving."""
+    ops = range(50_000)
+    attachments = {
+        "op_precision_mode": "[ByOpType]\n"
+        + "".join(f"MatMul{i}=enable_float_32_execution\n" for i in range(25_000)),
+        "customize_dtypes": "".join(
+            f"OpType::Relu{i}:InputDtype:float16,OutputDtype:float16\n" for i in range(17_000)
+        ),
+        "modify_mixlist": json.dumps({"black-list": {"to-add": [f"MatMul{i}" for i in ops]}}),
+        "op_debug_config": "op_debug_config = oom\nop_debug_list = "
+        + ",".join(f"GatherV{i}" for i in range(70_000)),
+    }
+    config = {name: f"/job/{name}" for name in attachments} | {"precision_mode_v2": "mixed_float16"}
+    return pb.ResolveRequest(
+        product="atlas-a2", config_json=json.dumps(config), attachments=attachments
+    )
+
+
+async def _large_requests_beside_probes(target: str, seconds: float) -> dict[str, Any]:
+    """Four callers sending large requests back to back; meanwhile a health probe (with the
+    deploy's 2 s timeout) and a small Resolve every 50 ms."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    large = _large_request().SerializeToString()
+    small = typical_request(request_id("small", 0), 600).SerializeToString()
+    end = time.monotonic() + seconds
+    took: dict[str, list[float]] = {"large": [], "probe": [], "small": []}
+    failed: Counter[str] = Counter()
+    async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
+        resolve = channel.unary_unary(RESOLVE)
+        health = health_pb2_grpc.HealthStub(channel)
+        await resolve(small, timeout=10)
+
+        async def timed(kind: str, call: Any, pause: float) -> None:
+            while time.monotonic() < end:
+                began = time.monotonic()
+                try:
+                    await call()
+                    took[kind].append(time.monotonic() - began)
+                except grpc.aio.AioRpcError as error:
+                    failed[f"{kind} {error.code().name}"] += 1
+                await asyncio.sleep(pause)
+
+        await asyncio.gather(
+            *[timed("large", lambda: resolve(large, timeout=30), 0) for _ in range(4)],
+            timed("probe", lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=2), 0.05),
+            timed("small", lambda: resolve(small, timeout=2), 0.05),
+        )
+    return {"took": took, "failed": failed, "large_bytes": len(large)}
+
+
+def test_large_requests_leave_health_probes_answered(figures: Figures) -> None:
+    """A request of megabytes of attachments takes half a second to resolve: resolved on the
+    worker's event loop, four of them in a row held every probe and small call behind them
+    (probes at p50 1.1 s, up to 1.9 s: the kubelet's 2 s timeout). They are resolved on a
+    thread of their own, one at a time, while the loop answers the rest."""
+    with ProcessServer() as server:
+        outcome = asyncio.run(_large_requests_beside_probes(server.target, 4.0))
+        internal = server.events("internal")
+    took, failed = outcome["took"], outcome["failed"]
+    line = figures(
+        "large requests beside probes",
+        requests=sum(map(len, took.values())) + sum(failed.values()),
+        errors=sum(failed.values()),
+        large=len(took["large"]),
+        large_mb=round(outcome["large_bytes"] / 1e6, 2),
+        probe_p50_ms=_ms(percentile(took["probe"], 0.5)),
+        probe_max_ms=_ms(max(took["probe"], default=0.0)),
+        small_p50_ms=_ms(percentile(took["small"], 0.5)),
+        small_max_ms=_ms(max(took["small"], default=0.0)),
+    )
+    assert not failed, line
+    assert took["large"] and len(took["probe"]) >= 10 and len(took["small"]) >= 10, line
+    assert not internal, internal
+
+
 # --------------------------------------------------------------------------- deadlines
 
 
