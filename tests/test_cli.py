@@ -179,6 +179,23 @@ def test_config_from_stdin_and_bad_json_exits_2() -> None:
     )
 
 
+@pytest.mark.parametrize("text", ["[1]", "null", "5", '"hccl_timeout"'])
+@pytest.mark.parametrize("where", [(), ("--server", "127.0.0.1:1")])
+def test_a_config_file_that_is_not_a_json_object_is_a_usage_error(
+    tmp_path: Path, text: str, where: tuple[str, ...]
+) -> None:
+    """Valid JSON of another kind than an object is refused as the caller's mistake, before any
+    server is reached: exit 2 and one line, never a traceback."""
+    path = tmp_path / "config.json"
+    path.write_text(text, encoding="utf-8")
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(path), *where)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"npu-resolve: config {path} must be a JSON object of option name to value\n"
+    )
+    assert proc.stdout == ""
+
+
 def test_server_unreachable_exits_3() -> None:
     proc = run("resolve", "--product", "atlas-a2", "--server", "127.0.0.1:1")
     assert proc.returncode == 3, proc.stderr
@@ -240,6 +257,21 @@ def test_explain_shows_rules_defaults_and_source_wording() -> None:
     assert proc.returncode == 0
     assert "R-HCT-3" in proc.stdout and "(0, 17340]" in proc.stdout
     assert "整除" in proc.stdout  # the source's own wording
+
+
+def test_explain_says_when_the_rules_leave_an_options_default_out_r_prec_1() -> None:
+    """R-PREC-1: with neither precision option set, precision_mode carries its R-PM-5 default
+    only where precision_mode_v2 has none, so its row says what an answer holds when it is not
+    set; an option whose answer holds its default says nothing more."""
+    rows = {
+        product: run("explain", "precision_mode", "--product", product).stdout
+        for product in ("atlas-a2", "atlas-training")
+    }
+    assert "; when not set: absent / absent (see the rules)\n" in rows["atlas-a2"], rows
+    training = rows["atlas-training"]
+    assert '; when not set: "allow_fp32_to_fp16" / absent (see the rules)\n' in training, rows
+    plain = run("explain", "hccl_timeout", "--product", "atlas-a2")
+    assert plain.returncode == 0 and "when not set" not in plain.stdout, plain.stdout
 
 
 @pytest.mark.parametrize("option", ["debug_dir", "op_compiler_cache_dir", "work_path"])
@@ -915,7 +947,9 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
     """Said before anything is read or any server is reached (standard input stays unread)."""
     proc = run("diff", "--product", "atlas-a2", *where, stdin="{not json")
     assert proc.returncode == 2
-    assert "a diff needs 2 or more products" in proc.stderr
+    assert proc.stderr.endswith(
+        "npu-resolve: diff: a diff needs 2 or more products (--product A --product B)\n"
+    ), proc.stderr
     assert proc.stdout == ""
 
 
@@ -1123,6 +1157,8 @@ def test_a_diff_of_more_products_than_a_server_takes_is_refused_alike(grpc_targe
     assert local.returncode == remote.returncode == 2
     assert local.stderr == remote.stderr and local.stdout == remote.stdout == ""
     assert "a diff takes at most 16 products and this one names 17" in local.stderr
+    # Its own words say what to give: no usage line of how to name two products.
+    assert local.stderr.endswith(", atlas-300i-duo\n"), local.stderr
     # The CLI refuses before any call; the server, asked directly, refuses in the same words.
     import grpc
 
@@ -1448,6 +1484,30 @@ def test_the_env_format_marks_a_variable_a_policy_lock_overrides(tmp_path: Path)
     assert proc.stdout == (
         "export HCCL_EXEC_TIMEOUT=100  # no effect here: the policy's lock of hccl_timeout wins\n"
     )
+
+
+def test_the_env_format_leaves_a_blank_variable_unmarked_beside_a_rounded_policy_default_r_hct_4(
+    tmp_path: Path,
+) -> None:
+    """R-HCT-4: a blank HCCL_EXEC_TIMEOUT sets nothing, so the policy's default is what R-HCT-3
+    rounds; the variable's line is exported blank as the job gave it, with no claim that it
+    takes effect as the rounded value."""
+    policy = tmp_path / "defaults.toml"
+    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 600\n", encoding="utf-8")
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-training",
+        "--env",
+        "HCCL_EXEC_TIMEOUT=",
+        "--policy",
+        str(policy),
+        "--format",
+        "env",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "export HCCL_EXEC_TIMEOUT=''\n"
+    assert "ROUNDED [R-HCT-3] hccl_timeout: the policy's hccl_timeout 600" in proc.stderr
 
 
 def test_the_env_format_marks_a_folder_variable_its_option_outranks_r_ocd_1_r_dbg_1(

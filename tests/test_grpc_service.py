@@ -109,6 +109,33 @@ def test_resolve_out_of_range_is_invalid_argument_with_bad_request(grpc_target: 
     assert "hccl_timeout" in error.details()
 
 
+@pytest.mark.parametrize(
+    ("config", "more"),
+    [
+        ({"hccl_timeout": -1}, ""),
+        ({"hccl_timeot": 1, "deterministic": 5}, " (and 1 more error)"),
+        ({"hccl_timeot": 1, "deterministic": 5, "hccl_timeout": -1}, " (and 2 more errors)"),
+    ],
+    ids=["one error", "two errors", "three errors"],
+)
+def test_a_refused_resolves_status_message_names_the_first_error_and_counts_the_rest(
+    grpc_target: str,  # noqa: F811
+    config: dict[str, Any],
+    more: str,
+) -> None:
+    """A caller reading only the status message (a plain gRPC stub, a log line) learns the
+    first error's field and code and how many more the report holds."""
+    request_ = ResolveRequest(product="atlas-a2", config=config)
+    first = resolve(request_).errors[0]
+    with grpc.insecure_channel(grpc_target) as channel:
+        stub = pb_grpc.ResolverStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Resolve(request_to_proto(request_), timeout=10)
+    error: Any = info.value
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == f"config.{first.option}: {first.code.value}: {first.message}{more}"
+
+
 def test_client_raises_one_error_type_with_the_report(client: ResolverClient) -> None:
     with pytest.raises(ResolveError) as info:
         client.resolve("atlas-training", {"hccl_timeout": 17341})
@@ -404,6 +431,24 @@ def test_diff(client: ResolverClient) -> None:
     assert "hccl_timeout" in [row.option for row in remote.differing]
 
 
+def test_diff_cells_keep_the_callers_own_object_values_as_in_process(
+    client: ResolverClient,
+) -> None:
+    """An object option passes through as given: the wire carries 2.0 as 2 and objects
+    without key order, yet the diff's cells hold the caller's JSON, as in process."""
+    dump = {"x": 2.0, "b": [1.5, {"a": 3.0}]}
+    request_ = ResolveRequest(product="", config={"dump_config": dump})
+    products = ["atlas-a2", "atlas-training"]
+    remote = client.diff(request_, products)
+    local = npu_resolver.diff(request_, products)
+    assert json.dumps(remote.to_json(), sort_keys=True) == json.dumps(
+        local.to_json(), sort_keys=True
+    )
+    (row,) = [row for row in remote.rows if row.option == "dump_config"]
+    for cell in row.cells.values():
+        assert cell is not None and json.dumps(cell.value) == json.dumps(dump)
+
+
 @pytest.mark.parametrize("config_json", ["{", '{"a": 1, "a": 2}', "[1]"])
 def test_diff_of_a_config_it_cannot_read_is_a_report_of_every_column(
     grpc_target: str,  # noqa: F811
@@ -589,6 +634,21 @@ def test_list_products_and_catalog(client: ResolverClient) -> None:
     (violation,) = refused.value.violations
     assert (violation.field, violation.reason) == ("product", "UNKNOWN_PRODUCT")
     assert "atlas-9000" in violation.description
+
+
+def test_a_catalog_described_for_one_product_is_not_the_answer_for_every_product() -> None:
+    """Replies are kept per product asked: the whole catalog after one product's still lists
+    every product, and that product's again only its own."""
+    with ThreadServer() as server, ResolverClient(server.target, timeout=10) as client:
+        one = client.describe_catalog("atlas-a2")
+        every = client.describe_catalog()
+        again = client.describe_catalog("atlas-a2")
+    assert [p["id"] for p in one["products"]] == ["atlas-a2"]
+    assert [p["id"] for p in every["products"]] == [p.id for p in npu_resolver.PRODUCTS]
+    assert json.dumps(every, sort_keys=True) == json.dumps(
+        npu_resolver.describe_catalog(), sort_keys=True
+    )
+    assert again == one
 
 
 def test_get_policy_without_policy(client: ResolverClient) -> None:
