@@ -971,8 +971,9 @@ def test_a_whole_server_paused_during_its_stop_is_no_overdue_stop() -> None:
         server.signal_group(signal.SIGSTOP)
         time.sleep(1 + _supervisor.STOP_MARGIN_S + 2)
         server.signal_group(signal.SIGCONT)
-        assert server.wait() == 0, server.raw
-        assert not server.events("worker_hung"), server.raw
+        code = server.wait()
+        if code != 0 or server.events("worker_hung"):  # every line: which stop clock was wrong
+            pytest.fail(f"exit {code}:\n" + "\n".join(server.raw))
 
 
 def test_a_draining_worker_is_not_taken_for_a_hung_one() -> None:
