@@ -89,12 +89,17 @@ def test_own_stubs_through_the_public_wire_module_answer_as_in_process(grpc_targ
     assert answer.options["hccl_timeout"] == 544
 
 
-def test_resolve_out_of_range_is_invalid_argument_with_bad_request(grpc_target: str) -> None:  # noqa: F811
-    with grpc.insecure_channel(grpc_target) as channel:
+def _refused(target: str, request_: ResolveRequest) -> Any:
+    """The error of a Resolve refused, through gRPC's own generated stub."""
+    with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.ResolverStub(channel)
         with pytest.raises(grpc.RpcError) as info:
-            stub.Resolve(request_to_proto(BAD), timeout=10)
-    error: Any = info.value
+            stub.Resolve(request_to_proto(request_), timeout=10)
+    return info.value
+
+
+def test_resolve_out_of_range_is_invalid_argument_with_bad_request(grpc_target: str) -> None:  # noqa: F811
+    error = _refused(grpc_target, BAD)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     status = rpc_status.from_call(error)
     assert status is not None and len(status.details) == 2
@@ -127,11 +132,7 @@ def test_a_refused_resolves_status_message_names_the_first_error_and_counts_the_
     first error's field and code and how many more the report holds."""
     request_ = ResolveRequest(product="atlas-a2", config=config)
     first = resolve(request_).errors[0]
-    with grpc.insecure_channel(grpc_target) as channel:
-        stub = pb_grpc.ResolverStub(channel)
-        with pytest.raises(grpc.RpcError) as info:
-            stub.Resolve(request_to_proto(request_), timeout=10)
-    error: Any = info.value
+    error = _refused(grpc_target, request_)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert error.details() == f"config.{first.option}: {first.code.value}: {first.message}{more}"
 

@@ -356,30 +356,19 @@ class ResolverService:
         parsed: pb.ResolveRequest | None,
         policy: npu_resolver.PolicyLike | None,
         version: str,
-    ) -> Answer:
-        cached = self._cached(raw, version)
-        if cached is not None:
-            return cached
-        answer = self._answer(raw, parsed, policy)
-        self.cache.put(version, raw, answer)
-        return answer
-
-    async def _resolve_large(
-        self,
-        raw: bytes,
-        parsed: pb.ResolveRequest | None,
-        policy: npu_resolver.PolicyLike | None,
-        version: str,
-    ) -> Answer:
-        """_resolve_one for a request over OFF_LOOP_BYTES, which the cache never holds."""
-        self._cached(raw, version)  # a miss, counted as any
-        return await self._off_loop(self._answer, raw, parsed, policy)
-
-    def _cached(self, raw: bytes, version: str) -> Answer | None:
+    ) -> Answer | Awaitable[Answer]:
+        """The answer, from the cache or made; a request over OFF_LOOP_BYTES (which the cache
+        never holds) is made on the large-request thread."""
         cached = self.cache.get(version, raw)
         if self.metrics is not None and self.cache.enabled:
             self.metrics.cache_lookup(cached is not None)
-        return cached
+        if cached is not None:
+            return cached
+        if len(raw) > OFF_LOOP_BYTES:
+            return self._off_loop(self._answer, raw, parsed, policy)
+        answer = self._answer(raw, parsed, policy)
+        self.cache.put(version, raw, answer)
+        return answer
 
     def _answer(
         self, raw: bytes, parsed: pb.ResolveRequest | None, policy: npu_resolver.PolicyLike | None
@@ -430,10 +419,7 @@ class ResolverService:
 
     def resolve(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer | Awaitable[Answer]:
         policy = self._policy()
-        version = policy.version if policy is not None else ""
-        if len(raw) > OFF_LOOP_BYTES:
-            return self._resolve_large(raw, None, policy, version)
-        return self._resolve_one(raw, None, policy, version)
+        return self._resolve_one(raw, None, policy, policy.version if policy is not None else "")
 
     async def resolve_batch(self, raw: bytes, context: grpc.aio.ServicerContext) -> Answer:
         # Walked field by field below, whatever its size: bound the fields first. Under 256 KiB
@@ -509,12 +495,12 @@ class ResolverService:
                         message=f"deadline exceeded after {index} of {len(items)} items",
                         ok=False,
                     )
-            item_raw = item_bytes[index]
-            if len(item_raw) > OFF_LOOP_BYTES:
-                answer = await self._resolve_large(item_raw, item, policy, version)
-                since = clock()  # the loop was free meanwhile
-            else:
-                answer = self._resolve_one(item_raw, item, policy, version)
+            outcome = self._resolve_one(item_bytes[index], item, policy, version)
+            if type(outcome) is Answer:
+                answer = outcome
+            else:  # made on the large-request thread, the loop free meanwhile
+                answer = await _awaited(outcome)
+                since = clock()
             part = batch_result(answer)
             if len(tail) + len(part) > limit:  # this item's answer fits in no batch reply
                 answer = alone_too_large(answer, len(part), limit)
