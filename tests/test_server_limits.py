@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import grpc
@@ -749,24 +750,14 @@ def _large(method: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("method", ["Resolve", "ResolveBatch", "Diff"])
-def test_a_large_request_leaves_health_probes_and_small_calls_answered_meanwhile(
-    monkeypatch: pytest.MonkeyPatch, method: str
-) -> None:
-    """Attachments of a megabyte take up to half a second to read: resolved on the event loop,
-    they held every other call of the worker (health probes failed the liveness check). The
-    large request is held here until a probe and a small Resolve have been answered."""
+def _hold_large_requests(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """Requests with attachments wait in the core until `release` is set; `entered` is set
+    when the first of them gets there."""
     import threading
 
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     import npu_resolver
-    from npu_resolver_server._servicer import OFF_LOOP_BYTES
-    from tests._server import ThreadServer
 
-    assert _large(method).ByteSize() > OFF_LOOP_BYTES
     entered, release = threading.Event(), threading.Event()
-    real_resolve, real_diff = npu_resolver.resolve, npu_resolver.diff
 
     def held(real: Any) -> Any:
         def call(request: ResolveRequest, *args: Any, **kwargs: Any) -> Any:
@@ -777,8 +768,25 @@ def test_a_large_request_leaves_health_probes_and_small_calls_answered_meanwhile
 
         return call
 
-    monkeypatch.setattr(npu_resolver, "resolve", held(real_resolve))
-    monkeypatch.setattr(npu_resolver, "diff", held(real_diff))
+    monkeypatch.setattr(npu_resolver, "resolve", held(npu_resolver.resolve))
+    monkeypatch.setattr(npu_resolver, "diff", held(npu_resolver.diff))
+    return entered, release
+
+
+@pytest.mark.parametrize("method", ["Resolve", "ResolveBatch", "Diff"])
+def test_a_large_request_leaves_health_probes_and_small_calls_answered_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Attachments of a megabyte take up to half a second to read: resolved on the event loop,
+    they held every other call of the worker (health probes failed the liveness check). The
+    large request is held here until a probe and a small Resolve have been answered."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from npu_resolver_server._servicer import OFF_LOOP_BYTES
+    from tests._server import ThreadServer
+
+    assert _large(method).ByteSize() > OFF_LOOP_BYTES
+    entered, release = _hold_large_requests(monkeypatch)
     with ThreadServer() as server, grpc.insecure_channel(server.target) as channel:
         large = channel.unary_unary(f"/npu.resolver.v1.Resolver/{method}")
         pending = large.future(_large(method).SerializeToString(), timeout=30)
@@ -797,3 +805,124 @@ def test_a_large_request_leaves_health_probes_and_small_calls_answered_meanwhile
         assert reply.ok and reply.options["hccl_timeout"] == 600
         assert health.status == health_pb2.HealthCheckResponse.SERVING
         assert pending.result(timeout=20)
+
+
+@pytest.mark.parametrize("method", ["Resolve", "ResolveBatch", "Diff"])
+def test_large_requests_past_the_bound_a_worker_holds_are_answered_unavailable_at_once(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Large requests wait their turn in memory (several MB each): past MAX_HELD, one more is
+    told to retry (UNAVAILABLE, which clients retry) instead of held; a batch's item says so
+    in its own status. Those held are all answered."""
+    from google.rpc import code_pb2
+
+    from npu_resolver_server._large import MAX_HELD
+    from tests._server import ThreadServer
+
+    entered, release = _hold_large_requests(monkeypatch)
+    with ThreadServer() as server, grpc.insecure_channel(server.target) as channel:
+        resolve_ = channel.unary_unary(RESOLVE)
+        payload = _large("Resolve").SerializeToString()
+        held = [resolve_.future(payload, timeout=30) for _ in range(MAX_HELD)]
+        try:
+            assert entered.wait(20)
+            large = server.built.service.large
+            for _ in range(200):  # the rest reach the server and wait their turn
+                if large.full:
+                    break
+                time.sleep(0.05)
+            assert large.full
+            code, answer = _call(
+                server.target,
+                f"/npu.resolver.v1.Resolver/{method}",
+                _large(method).SerializeToString(),
+            )
+        finally:
+            release.set()
+        if method == "ResolveBatch":
+            assert code is grpc.StatusCode.OK
+            (item,) = pb.ResolveBatchResponse.FromString(answer).results
+            status = item.status
+            assert (status.code, status.message) == (code_pb2.UNAVAILABLE, _BUSY_MESSAGE)
+        else:
+            assert code is grpc.StatusCode.UNAVAILABLE
+            assert answer.details() == _BUSY_MESSAGE
+        assert all(pb.ResolveResponse.FromString(f.result(timeout=30)).ok for f in held)
+
+
+_BUSY_MESSAGE = (
+    "this server holds 64 requests over 64 KiB already (resolved one at a time); retry shortly"
+)
+
+
+def test_the_large_request_thread_says_how_long_its_request_has_run() -> None:
+    """What the heartbeat reads to tell a stuck large request; and the thread switch interval
+    that gives the event loop its turns is the large request's alone."""
+    import sys
+    import threading
+
+    from npu_resolver_server._large import SWITCH_INTERVAL_S, LargeRequests
+
+    large = LargeRequests()
+    usual = sys.getswitchinterval()
+    started, release = threading.Event(), threading.Event()
+
+    def work() -> int:
+        started.set()
+        release.wait(10)
+        return 7
+
+    async def run() -> None:
+        task = asyncio.ensure_future(large.run(work))
+        assert await asyncio.to_thread(started.wait, 10)
+        await asyncio.sleep(0.05)
+        assert large.running_for() >= 0.05
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        release.set()
+        assert await task == 7
+        assert large.running_for() == 0.0 and sys.getswitchinterval() == usual
+
+    try:
+        asyncio.run(run())
+    finally:
+        release.set()
+        large.close()
+
+
+def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests waiting behind a large request that never ends would never be answered, while
+    the event loop beats on: the heartbeat stops (said once), so that the supervisor restarts
+    the worker as it does one whose loop never yields; it beats again once the request ends."""
+    import logging
+
+    from npu_resolver_server import _app
+
+    monkeypatch.setattr(_app, "HEARTBEAT_S", 0.01)
+    caplog.set_level(logging.ERROR, logger="npu_resolver_server")
+    beats: list[float] = []
+    stuck = False
+
+    class Marks:
+        def beat(self) -> None:
+            beats.append(time.monotonic())
+
+    async def run() -> None:
+        nonlocal stuck
+        task = asyncio.ensure_future(_app._heartbeat(cast(Any, Marks()), lambda: stuck))
+        await asyncio.sleep(0.05)
+        assert beats
+        stuck = True
+        await asyncio.sleep(0.05)
+        since = len(beats)
+        await asyncio.sleep(0.1)
+        assert len(beats) == since  # silent while stuck
+        stuck = False
+        await asyncio.sleep(0.05)
+        assert len(beats) > since
+        task.cancel()
+
+    asyncio.run(run())
+    said = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert said == ["large_request_stuck"]

@@ -490,7 +490,11 @@ async def serve(
         watch = loop.create_task(_until_orphaned(parent, worker, stop, on_stop))
     # The heartbeat goes on through the drain, which may last longer than the supervisor's
     # patience with a silent worker: a draining worker is not a hung one.
-    beat = loop.create_task(_heartbeat(marks)) if marks is not None else None
+    beat = None
+    if marks is not None:
+        # Past half the limit: the supervisor's own wait for silence makes up the rest.
+        large, limit = built.service.large, settings.hung_worker_seconds / 2
+        beat = loop.create_task(_heartbeat(marks, lambda: large.running_for() > limit))
     await stop.wait()
     if watch is not None:
         watch.cancel()
@@ -511,12 +515,22 @@ async def serve(
     return 0
 
 
-async def _heartbeat(marks: ReloadMarks) -> None:
+async def _heartbeat(marks: ReloadMarks, stuck: Callable[[], bool]) -> None:
     """Under --workers: a heartbeat each second from the event loop, until cancelled once the
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
-    a loop that never yields) from a busy one."""
+    a loop that never yields) from a busy one. A large request that has run too long
+    (`stuck`) is a hang too: the requests waiting behind it would never be answered."""
+    said = False
     while True:
-        marks.beat()
+        if not stuck():
+            marks.beat()
+            said = False
+        elif not said:
+            said = True
+            log.error(
+                "a large request has run half the hung-worker limit: heartbeat stopped",
+                extra={"fields": {"event": "large_request_stuck"}},
+            )
         await asyncio.sleep(HEARTBEAT_S)
 
 

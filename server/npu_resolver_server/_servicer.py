@@ -9,15 +9,13 @@ and answered INTERNAL with a message; nothing escapes as UNKNOWN.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, Literal, ParamSpec, TypeVar
+from typing import Final, Literal
 
 import grpc
 
@@ -37,6 +35,7 @@ from npu_resolver_client.wire import (
 from . import _logging
 from ._cache import MAX_KEY_BYTES, Answer, AnswerCache
 from ._encode import count_fields, field, length_delimited, without_field
+from ._large import MAX_HELD, LargeRequests
 from ._metrics import Metrics
 from ._policy_store import PolicyStore, ReloadOutcome
 from ._reading import (
@@ -105,9 +104,17 @@ OFF_LOOP_BYTES: Final = MAX_KEY_BYTES
 each) are resolved on the service's own thread, one at a time, so that health probes and small
 calls on this worker are answered meanwhile. Never less than the answer cache's key bound: the
 cache, on the event loop alone, never holds such a request."""
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
+DEADLINE_SLACK_S: Final = 0.05
+"""A call cancelled this close to its deadline was ended by it: the caller's own timer fires
+first and cancels the call before the server's copy of the deadline has passed."""
+_BUSY: Final = Answer(
+    grpc.StatusCode.UNAVAILABLE,
+    message=(
+        f"this server holds {MAX_HELD} requests over {OFF_LOOP_BYTES // 1024} KiB already "
+        "(resolved one at a time); retry shortly"
+    ),
+    ok=False,
+)
 
 
 def _map_refused(
@@ -205,17 +212,10 @@ class ResolverService:
         self._reloading: set[asyncio.Future[ReloadOutcome]] = set()
         """ReloadPolicy work still running after its caller left (the loop keeps only weak
         references to tasks)."""
-        self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-requests")
+        self.large = LargeRequests()
 
     def close(self) -> None:
-        """After the server stopped: large requests not yet begun are dropped (their callers
-        are gone)."""
-        self._large.shutdown(wait=False, cancel_futures=True)
-
-    async def _off_loop(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """`fn` on the large-request thread; a caller that leaves before it begins drops it."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._large, functools.partial(fn, *args, **kwargs))
+        self.large.close()
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -309,7 +309,7 @@ class ResolverService:
 
     def _cancelled(self, method: str, context: grpc.aio.ServicerContext, elapsed: float) -> None:
         remaining = context.time_remaining()
-        expired = remaining is not None and remaining <= 0
+        expired = remaining is not None and remaining <= DEADLINE_SLACK_S
         code = "DEADLINE_EXCEEDED" if expired else "CANCELLED"
         if self.metrics is not None:
             self.metrics.observe(method, code, elapsed, "", ())
@@ -365,7 +365,7 @@ class ResolverService:
         if cached is not None:
             return cached
         if len(raw) > OFF_LOOP_BYTES:
-            return self._off_loop(self._answer, raw, parsed, policy)
+            return _BUSY if self.large.full else self.large.run(self._answer, raw, parsed, policy)
         answer = self._answer(raw, parsed, policy)
         self.cache.put(version, raw, answer)
         return answer
@@ -548,7 +548,9 @@ class ResolverService:
         return self._diff_answer(*self._diff(raw, policy))
 
     async def _diff_large(self, raw: bytes, policy: npu_resolver.PolicyLike | None) -> Answer:
-        return self._diff_answer(*await self._off_loop(self._diff, raw, policy))
+        if self.large.full:
+            return _BUSY
+        return self._diff_answer(*await self.large.run(self._diff, raw, policy))
 
     def _diff_answer(self, result: npu_resolver.DiffResult, payload: bytes) -> Answer:
         if self.metrics is not None:
