@@ -71,7 +71,9 @@ class ResolverStub:
     TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
-    RESOURCE_EXHAUSTED.
+    RESOURCE_EXHAUSTED. A request over 64 KiB (large attachments) waits its turn, one resolved
+    at a time; one more than the 64 a server process holds fails UNAVAILABLE (send it again
+    later, or to another server), as does a batch item or a diff of that size.
     """
     ResolveBatch: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.ResolveBatchRequest, _resolver_pb2.ResolveBatchResponse]
     """Resolves many requests under one catalog and policy snapshot. Never fails as a whole for
@@ -126,7 +128,9 @@ class ResolverAsyncStub(ResolverStub):
     TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
-    RESOURCE_EXHAUSTED.
+    RESOURCE_EXHAUSTED. A request over 64 KiB (large attachments) waits its turn, one resolved
+    at a time; one more than the 64 a server process holds fails UNAVAILABLE (send it again
+    later, or to another server), as does a batch item or a diff of that size.
     """
     ResolveBatch: _aio.UnaryUnaryMultiCallable[_resolver_pb2.ResolveBatchRequest, _resolver_pb2.ResolveBatchResponse]  # type: ignore[assignment]
     """Resolves many requests under one catalog and policy snapshot. Never fails as a whole for
