@@ -81,3 +81,30 @@ def test_unauthenticated_replies_leave_no_frame_behind(
             assert error.code() is grpc.StatusCode.UNAUTHENTICATED
             assert error.details() == "the bearer token is not valid"
         assert _server_frames() - before < 4
+
+
+def test_unavailable_replies_keep_no_request_bytes(
+    monkeypatch: pytest.MonkeyPatch, no_cycle_collector: None
+) -> None:
+    """UNAVAILABLE goes as context.abort sends it, so that clients retry it; abort's exception
+    stays with the call, and the handler's frame in its traceback, but not the request."""
+    from npu_resolver_server._large import LargeRequests
+
+    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
+    large = pb.ResolveRequest(
+        product="atlas-a2",
+        config_json='{"op_debug_config": "/job/debug.cfg"}',
+        attachments={"op_debug_config": "op_debug_list = " + "x" * 200_000},
+    )
+    with ThreadServer() as server:
+        for error in _refused(server.target, large.SerializeToString()):
+            assert error.code() is grpc.StatusCode.UNAVAILABLE
+        held = [
+            (frame.f_code.co_name, name)
+            for frame in gc.get_objects()
+            if isinstance(frame, types.FrameType)
+            and "npu_resolver_server" in frame.f_code.co_filename
+            for name, value in frame.f_locals.items()
+            if isinstance(value, bytes | str) and len(value) > 100_000
+        ]
+    assert held == []

@@ -926,3 +926,39 @@ def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
     asyncio.run(run())
     said = [getattr(r, "fields", {}).get("event") for r in caplog.records]
     assert said == ["large_request_stuck"]
+
+
+def test_a_busy_servers_unavailable_is_retried_by_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status comes alone (no reply headers before it), so the client's gRPC retries it,
+    as the contract's retries on UNAVAILABLE say; a reply sent after headers would not be."""
+    from npu_resolver_client import ResolverClient, ResolverUnavailable
+    from npu_resolver_client._client import RETRY_POLICY
+    from npu_resolver_server._large import LargeRequests
+    from npu_resolver_server._servicer import ResolverService
+    from tests._server import ThreadServer
+
+    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
+    calls = 0
+    answer = ResolverService.resolve
+
+    def counted(self: ResolverService, raw: bytes, context: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return answer(self, raw, context)
+
+    monkeypatch.setattr(ResolverService, "resolve", counted)
+    request_ = ResolveRequest(
+        product="atlas-a2",
+        config={"op_debug_config": "/job/debug.cfg"},
+        attachments={"op_debug_config": LARGE_ATTACHMENT},
+    )
+    with (
+        ThreadServer() as server,
+        ResolverClient(server.target, timeout=20) as client,
+        pytest.raises(ResolverUnavailable) as info,
+    ):
+        client.resolve_request(request_)
+    assert _BUSY_MESSAGE in str(info.value)
+    assert calls == RETRY_POLICY["maxAttempts"]

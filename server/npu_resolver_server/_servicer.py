@@ -303,6 +303,12 @@ class ResolverService:
                 message, details = fit_trailer(message, answer.status_details)
                 if details:
                     trailing.append((STATUS_DETAILS_KEY, details))
+            if answer.code is grpc.StatusCode.UNAVAILABLE:
+                # A client's gRPC retries it only when the status comes alone, with no reply
+                # headers before it, as context.abort sends it. The request's bytes go first:
+                # the exception abort raises is kept with the call, this frame in its traceback.
+                del raw
+                await context.abort(answer.code, message, tuple(trailing))
             return refuse(context, answer.code, message, trailing)
 
         return handler
