@@ -290,6 +290,65 @@ def test_r_odc_1_repeated_key_with_other_value_is_an_error() -> None:
     assert "first on line 1" in issue.message
 
 
+def test_r_odc_1_a_blank_option_is_placed_past_its_blanks() -> None:
+    issue = only_error(parse_op_debug_config("op_debug_config=oom,  ,dump_cce"))
+    assert (issue.line, issue.column) == (1, 23)
+    assert "empty option" in issue.message
+
+
+def test_r_odc_1_an_option_given_twice_is_a_note_at_the_repeat() -> None:
+    result = parse_op_debug_config("op_debug_config=oom,dump_cce,oom")
+    assert result.options == {"oom", "dump_cce"}
+    (note,) = result.issues
+    assert note.normalized
+    assert note.message == "line 1, column 30: option 'oom' repeats line 1; ignored"
+
+
+def test_r_odc_1_many_comment_lines_get_one_note() -> None:
+    result = parse_op_debug_config("# a\n# b\n  # c\nop_debug_config=oom\n")
+    (note,) = result.issues
+    assert (note.line, note.normalized) == (1, True)
+
+
+def test_r_odc_1_a_repeated_line_is_read_once_so_its_error_is_said_once() -> None:
+    result = parse_op_debug_config("op_debug_config=omm\nop_debug_config=omm\n")
+    issue = only_error(result)
+    assert (issue.line, issue.column, issue.suggestion) == (1, 17, "oom")
+    (note,) = notes(result)
+    assert note.message == "line 2, column 1: key 'op_debug_config' repeats line 1; ignored"
+
+
+def test_r_odc_1_an_empty_op_debug_list_is_an_error() -> None:
+    result = parse_op_debug_config("op_debug_config=oom\nop_debug_list=\n")
+    issue = only_error(result)
+    assert issue.message == "line 2, column 15: 'op_debug_list' names no op"
+    assert result.op_debug_list == ()
+
+
+def test_r_odc_1_an_empty_op_name_between_commas_is_an_error_not_an_op() -> None:
+    result = parse_op_debug_config("op_debug_config=oom\nop_debug_list=A,,B\n")
+    issue = only_error(result)
+    assert (issue.line, issue.column) == (2, 17)
+    assert "empty op name" in issue.message
+    assert result.op_debug_list == ("A", "B")
+
+
+def test_r_odc_1_optype_prefix_without_a_type_is_an_error_not_an_op() -> None:
+    result = parse_op_debug_config("op_debug_config=oom\nop_debug_list=GatherV2,OpType::\n")
+    issue = only_error(result)
+    assert issue.message == "line 2, column 24: no op type after 'OpType::'"
+    assert result.op_debug_list == ("GatherV2",)
+
+
+def test_r_odc_1_an_op_type_with_one_colon_is_refused_in_any_case_of_optype() -> None:
+    """'optype:ReduceSum' is meant as the op type ('OpType' in any case, R-ODC-1); kept as a
+    name it would match no op."""
+    result = parse_op_debug_config("op_debug_config=oom\nop_debug_list=optype:ReduceSum\n")
+    issue = only_error(result)
+    assert (issue.line, issue.column, issue.suggestion) == (2, 15, "OpType::ReduceSum")
+    assert result.op_debug_list == ()
+
+
 # aoe_config_file --------------------------------------------------------------------------------
 
 
@@ -350,6 +409,25 @@ def test_r_aoe_6_comments_are_refused_with_a_hint() -> None:
     assert "'//' comments are not allowed here" in issue.message
 
 
+@pytest.mark.parametrize("text", ['{"tune_ops_type": ["Add"]\n', '\n ["Add"]'])
+def test_r_aoe_6_a_file_that_is_not_a_json_object_is_refused_under_r_aoe_6(text: str) -> None:
+    """R-AOE-6 is what makes the file one of JSON; R-AOE-7 is about its keys."""
+    issue = only_error(parse_aoe_config(text))
+    assert (issue.line, issue.rule) == (2, "R-AOE-6")
+
+
+def test_r_aoe_7_an_unknown_key_is_refused_under_r_aoe_7() -> None:
+    issue = only_error(parse_aoe_config('{"tune_ops_type": ["Add"], "features": ["deeper_opat"]}'))
+    assert (issue.rule, issue.suggestion) == ("R-AOE-7", "feature")
+
+
+def test_r_aoe_7_a_level_that_is_not_a_string_leaves_the_default_o2() -> None:
+    result = parse_aoe_config('{"tune_ops_type": ["Add"], "tune_optimization_level": 1}')
+    issue = only_error(result)
+    assert issue.message.endswith('\'tune_optimization_level\' must be "O1" or "O2", not a number')
+    assert result.tune_optimization_level == "O2"
+
+
 # modify_mixlist ---------------------------------------------------------------------------------
 
 
@@ -401,6 +479,57 @@ def test_r_mml_1_non_string_op_names_its_item() -> None:
     issue = only_error(parse_modify_mixlist('{"black-list": {"to-add": ["Cast", 7]}}'))
     assert "'black-list' > 'to-add' > item 2 must be a string, not a number" in issue.message
     assert issue.column == 36
+
+
+def test_r_mml_1_the_first_item_of_a_list_is_placed_at_itself() -> None:
+    issue = only_error(parse_modify_mixlist('{"black-list": {"to-add": [7, "Cast"]}}'))
+    assert issue.message == (
+        "line 1, column 28: 'black-list' > 'to-add' > item 1 must be a string, not a number"
+    )
+
+
+def test_r_mml_1_an_item_of_only_spaces_is_said_to_be_empty() -> None:
+    issue = only_error(parse_modify_mixlist('{"black-list": {"to-add": ["Cast", "  "]}}'))
+    assert issue.message == "line 1, column 36: 'black-list' > 'to-add' > item 2 is empty"
+
+
+def test_r_mml_1_a_number_of_thousands_of_digits_is_a_number_not_invalid_json() -> None:
+    issue = only_error(parse_modify_mixlist('{"black-list": {"to-add": [' + "7" * 5000 + "]}}"))
+    assert issue.message == (
+        "line 1, column 28: 'black-list' > 'to-add' > item 1 must be a string, not a number"
+    )
+
+
+def test_r_mml_1_the_gray_list_note_is_placed_at_its_key() -> None:
+    (note,) = parse_modify_mixlist('{\n  "gray-list": {"to-add": ["Cast"]}\n}').issues
+    assert (note.line, note.column, note.normalized) == (2, 3, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\n"black-list": {\n  "to-remove": ["MatMul"],\n  "to-add": ["MatMul"]\n}}',
+        '{\n"black-list": {"to-add": ["MatMul"]},\n"white-list": {\n  "to-add": ["MatMul"]\n}}',
+    ],
+    ids=["added-and-removed", "added-to-two-lists"],
+)
+def test_r_mml_1_an_op_moved_two_ways_is_placed_at_the_to_add_list(text: str) -> None:
+    issue = only_error(parse_modify_mixlist(text))
+    assert (issue.line, issue.column) == (4, 3)
+
+
+def test_r_mml_1_an_issue_is_placed_exactly_only_within_20_000_tokens() -> None:
+    """Positions are sought over at most 20,000 tokens of the file (MAX_SOUGHT_TOKENS)."""
+    # 12 tokens lead to the list and each item takes two ("a" and its comma): the bad item
+    # is the 20,000th token. With 5 tokens before the list, it is the 20,001st.
+    within = '{"white-list": {"to-add": []}, "black-list": {"to-add": [' + '"a",' * 9_994 + "1]}}"
+    past = '{"black-list": {"to-add": [' + '"a",' * 9_998 + "1]}}"
+    within_issue = only_error(parse_modify_mixlist(within))
+    assert (within_issue.line, within_issue.column) == (1, len(within) - 3)
+    assert "which holds it" not in within_issue.message
+    past_issue = only_error(parse_modify_mixlist(past))
+    assert (past_issue.line, past_issue.column) == (1, 17)
+    assert past_issue.message.endswith("which holds it)")
 
 
 # op_precision_mode ------------------------------------------------------------------------------
@@ -462,6 +591,33 @@ def test_r_opm_3_name_and_type_together_is_a_note() -> None:
     assert errors(result) == []
     (note,) = notes(result)
     assert note.line == 4
+    assert note.message.startswith("line 4: 'Add' is set both by node name and by op type (line 2)")
+
+
+def test_r_opm_3_a_header_without_its_bracket_is_said_so() -> None:
+    issue = only_error(parse_op_precision_mode("[ByOpType\nA=keep_fp16\n"))
+    assert issue.message == "line 1, column 1: a section header must end with ']'"
+
+
+def test_r_opm_3_a_section_opened_again_is_a_note_naming_its_first_line() -> None:
+    text = "[ByOpType]\nA=keep_fp16\n[ByOpType]\nB=keep_fp16\n[ByOpType]\nC=keep_fp16\n"
+    result = parse_op_precision_mode(text)
+    assert result.by_op_type == {"A": "keep_fp16", "B": "keep_fp16", "C": "keep_fp16"}
+    assert [(i.line, i.message) for i in result.issues] == [
+        (3, "line 3, column 1: [ByOpType] appears again (first on line 1)"),
+        (5, "line 5, column 1: [ByOpType] appears again (first on line 1)"),
+    ]
+
+
+def test_r_opm_3_an_entry_without_a_name_is_an_error() -> None:
+    result = parse_op_precision_mode("[ByOpType]\n=keep_fp16\n")
+    assert only_error(result).message == "line 2, column 1: no name before '='"
+    assert result.by_op_type == {}
+
+
+def test_r_opm_3_an_entry_without_a_mode_is_an_error_where_the_mode_belongs() -> None:
+    issue = only_error(parse_op_precision_mode("[ByOpType]\nA = \n"))
+    assert issue.message == "line 2, column 4: no mode after 'A='"
 
 
 # fusion_switch_file -----------------------------------------------------------------------------
@@ -531,6 +687,38 @@ def test_r_ocd_1_same_path_rule_under_its_own_id() -> None:
     assert check_path_chars("") is not None
 
 
+def test_r_fsf_1_the_message_names_the_column_of_the_bad_character() -> None:
+    issue = check_path_chars("/home/my file.cfg")
+    assert issue is not None
+    assert issue.message.startswith("column 9: character ' ' (U+0020) is not allowed")
+
+
+def test_r_fsf_2_a_state_that_is_true_is_refused_as_true_false() -> None:
+    result = parse_fusion_switch('{"Switch": {"GraphFusion": {"P": true}}}')
+    assert only_error(result).message == (
+        "line 1, column 29: 'Switch' > 'GraphFusion' > 'P' must be \"on\" or \"off\", "
+        "not true/false"
+    )
+    assert result.graph_fusion == {}
+
+
+def test_r_fsf_2_an_empty_pass_name_is_an_error_not_a_pass() -> None:
+    result = parse_fusion_switch('{"Switch": {"GraphFusion": {"": "on", "P": "off"}}}')
+    issue = only_error(result)
+    assert issue.message == "line 1, column 29: 'Switch' > 'GraphFusion' has an empty pass name"
+    assert result.graph_fusion == {"P": "off"}
+
+
+def test_r_fsf_2_a_switch_that_is_not_an_object_is_an_error() -> None:
+    issue = only_error(parse_fusion_switch('{\n"Switch": ["GraphFusion"]}'))
+    assert issue.message == "line 2, column 1: 'Switch' must be an object, not a list"
+
+
+def test_r_fsf_2_a_file_that_is_not_an_object_is_placed_at_its_first_token() -> None:
+    issue = only_error(parse_fusion_switch('\n  ["Switch"]'))
+    assert issue.message == "line 2, column 3: the file must hold a JSON object {...}, not a list"
+
+
 # customize_dtypes -------------------------------------------------------------------------------
 
 
@@ -587,6 +775,39 @@ def test_r_cdt_2_name_beats_type_for_the_same_op_is_a_note() -> None:
     assert errors(result) == []
     (note,) = notes(result)
     assert "by-name setting wins" in note.message
+
+
+def test_r_cdt_2_name_beats_type_note_is_on_the_name_line_and_names_the_type_line() -> None:
+    text = "OpType::Relu:InputDtype:int8,OutputDtype:int8\n\nRelu::InputDtype:int8,OutputDtype:int8"
+    (note,) = parse_customize_dtypes(text).issues
+    assert note.message.startswith(
+        "line 3: 'Relu' is set both by node name and by op type (line 1)"
+    )
+
+
+def test_r_cdt_2_output_dtype_given_twice_is_an_error() -> None:
+    text = "Relu::InputDtype:int8,OutputDtype:int8,OutputDtype:int16"
+    result = parse_customize_dtypes(text)
+    issue = only_error(result)
+    assert (issue.line, issue.column) == (1, 40)
+    assert "'OutputDtype' once after it" in issue.message
+    assert result.by_name == {}
+
+
+def test_r_cdt_2_a_dtype_holding_other_characters_is_not_a_dtype_name() -> None:
+    issue = only_error(parse_customize_dtypes("Relu::InputDtype:float16-x,OutputDtype:int8"))
+    assert issue.message == "line 1, column 18: 'float16-x' is not a dtype name"
+
+
+def test_r_cdt_2_an_op_type_without_its_colon_is_an_error_after_the_type() -> None:
+    issue = only_error(parse_customize_dtypes("OpType::Relu"))
+    assert (issue.line, issue.column) == (1, 9)
+    assert issue.message.startswith("line 1, column 9: expected ':' after the op type")
+
+
+def test_r_cdt_2_a_dtype_before_input_dtype_is_placed_at_the_dtype() -> None:
+    issue = only_error(parse_customize_dtypes("Relu::  float16,OutputDtype:float16"))
+    assert issue.message.startswith("line 1, column 9: expected 'InputDtype:' first")
 
 
 # Shared behaviour ------------------------------------------------------------------------------
@@ -660,6 +881,61 @@ def test_decode_refuses_lone_surrogates() -> None:
     assert text is None
     assert issue is not None
     assert (issue.line, issue.column) == (2, 3)
+
+
+def test_decode_accepts_text_of_exactly_1_mib() -> None:
+    mib = 1024 * 1024
+    for text in ("a" * mib, "é" * (mib // 2)):
+        assert decode_attachment(text) == (text, None)
+    assert decode_attachment("a" * (mib + 1))[1] is not None
+
+
+def test_a_quoted_word_is_shown_whole_up_to_40_characters_then_cut() -> None:
+    whole = only_error(parse_op_debug_config("op_debug_config=" + "o" * 40)).message
+    cut = only_error(parse_op_debug_config("op_debug_config=" + "o" * 41)).message
+    assert f"unknown option {'o' * 40!r};" in whole
+    assert f"unknown option {'o' * 40!r}...;" in cut
+
+
+def test_a_word_of_64_characters_gets_a_suggestion_and_a_longer_one_none() -> None:
+    """Words past 64 characters are not matched against the choices (the cost is bounded)."""
+    mode = "enable_hi_float_32_execution"
+    near = only_error(parse_op_precision_mode(f"[ByOpType]\nA={mode + 'x' * 36}\n"))
+    far = only_error(parse_op_precision_mode(f"[ByOpType]\nA={mode + 'x' * 37}\n"))
+    assert (near.suggestion, far.suggestion) == (mode, "")
+    assert "did you mean" not in far.message
+
+
+def test_names_run_together_show_three_marks_then_an_ellipsis() -> None:
+    three = only_error(parse_modify_mixlist('{"black-list": {"to-add": ["A;B、C D"]}}'))
+    four = only_error(parse_modify_mixlist('{"black-list": {"to-add": ["A;B、C D；E"]}}'))
+    assert "is 4 names run together (by ';', '、', ' '), and" in three.message
+    assert "is 5 names run together (by ';', '、', ' ', ...), and" in four.message
+
+
+def test_a_note_on_a_line_holding_a_full_width_mark_carries_no_hint_only_the_error_does() -> None:
+    result = parse_op_debug_config("oom，dump_cce")
+    (note,) = notes(result)
+    assert note.message == "line 1, column 1: no 'op_debug_config =' key; read as the option list"
+    assert only_error(result).message.endswith("(the line holds full-width '，'; write ',')")
+
+
+def test_deeply_nested_json_is_said_to_be_nested_too_deeply() -> None:
+    issue = only_error(parse_aoe_config("[" * 100_000))
+    assert issue.message == "invalid JSON: it is nested too deeply"
+
+
+def test_notes_past_100_are_counted_in_a_closing_note() -> None:
+    text = "\n".join(f"Op{i}::InputDtype:fp16,OutputDtype:float16" for i in range(103))
+    result = parse_customize_dtypes(text)
+    assert errors(result) == []
+    assert len(result.issues) == 101
+    closing = result.issues[-1]
+    assert (closing.message, closing.normalized, closing.summary) == (
+        "3 more note(s) were not listed",
+        True,
+        True,
+    )
 
 
 # Properties: nothing raises, every answer is structured ------------------------------------------
@@ -996,4 +1272,36 @@ def test_a_key_repeated_far_into_a_long_file_is_an_error_said_without_a_place() 
     )
     assert only_error(far).message == (
         "key 'P1' appears twice in the same object (too far into the file to say where)"
+    )
+
+
+def test_r_cdt_2_notes_left_out_are_said_in_a_closing_note_and_do_not_refuse_the_file() -> None:
+    text = "\n".join(f"Op{i}::InputDtype:fp16,OutputDtype:float16" for i in range(103))
+    answer = resolve(
+        ResolveRequest(
+            product="atlas-a2",
+            config={"customize_dtypes": "/x.cfg", "precision_mode_v2": "fp16"},
+            attachments={"customize_dtypes": text},
+        )
+    )
+    assert answer.ok and answer.options["customize_dtypes"] == "/x.cfg"
+    last = answer.diagnostics[-1]
+    assert (last.code.value, last.rule) == ("NORMALIZED", "R-CDT-2")
+    assert last.message == (
+        "customize_dtypes file: 80 more problems not shown; 3 more note(s) were not listed."
+    )
+
+
+def test_r_fsf_2_the_closing_line_of_a_long_list_of_problems_cites_the_files_rule() -> None:
+    text = '{"Switch":{"GraphFusion":{' + ",".join(f'"P{i}":"maybe"' for i in range(300)) + "}}}"
+    request = ResolveRequest(
+        product="atlas-a2",
+        config={"fusion_switch_file": "/f"},
+        attachments={"fusion_switch_file": text},
+    )
+    last = resolve(request).diagnostics[-1]
+    assert (last.code.value, last.option, last.rule) == (
+        "INVALID_VALUE",
+        "fusion_switch_file",
+        "R-FSF-2",
     )
