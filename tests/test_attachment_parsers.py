@@ -1305,3 +1305,31 @@ def test_r_fsf_2_the_closing_line_of_a_long_list_of_problems_cites_the_files_rul
         "fusion_switch_file",
         "R-FSF-2",
     )
+
+
+def test_r_aoe_7_a_key_written_twice_is_placed_at_its_last_writing_which_json_keeps() -> None:
+    """The value judged is the last one written (json.loads keeps it): its issues, and those of
+    its list's items, point there, not at the first writing."""
+    twice = parse_aoe_config('{"tune_ops_type": ["Add"],\n"tune_ops_type": "Mul"}')
+    assert [issue.message for issue in twice.issues] == [
+        "line 2, column 1: key 'tune_ops_type' appears twice in the same object",
+        "line 2, column 1: 'tune_ops_type' must be a list of strings, not a string",
+    ]
+    items = parse_aoe_config('{"tune_ops_type": ["Add", 3],\n"tune_ops_type": ["Mul",\n 5]}')
+    assert [issue.message for issue in items.issues][1:] == [
+        "line 3, column 2: 'tune_ops_type' > item 2 must be a string, not a number"
+    ]
+
+
+def test_r_odc_1_an_op_name_holding_a_colon_is_refused_as_no_op_has_one() -> None:
+    """No op's name holds ':' (a tensor's does, GatherV2:0): kept as a name, it would match no
+    op and the options would quietly apply to nothing."""
+    parsed = parse_op_debug_config(
+        "op_debug_config = oom\nop_debug_list=OpType:,Foo:Bar,GatherV2:0,Add\n"
+    )
+    assert parsed.op_debug_list == ("Add",)
+    assert [issue.message for issue in parsed.issues] == [
+        f"line 2, column {column}: op name '{name}' holds ':', which no op's name does; an op "
+        "type is written 'OpType::typeName'"
+        for column, name in ((15, "OpType:"), (23, "Foo:Bar"), (31, "GatherV2:0"))
+    ]

@@ -49,7 +49,9 @@ class _Frame:
 
 
 class Layout:
-    """Offsets of object members (at their key) and list items, and the keys that repeat."""
+    """Offsets of object members (at their key) and list items, and the keys that repeat. A key
+    written twice in one object is placed at its last writing, the one json.loads keeps: the
+    keys that repeat are sought (scanning the whole file) before any position is."""
 
     __slots__ = ("_budget", "_steps", "_text", "offsets", "repeated")
 
@@ -111,11 +113,11 @@ class Layout:
             self.repeated.append((frame.key, token.start()))
         keys.add(frame.key)
         path = frame.child()
-        if path is not None:
-            self.offsets.setdefault(path, token.start())
+        if path is not None:  # a key written twice: JSON keeps the last, and so its place
+            self.offsets[path] = token.start()
 
     def _item(self, frame: _Frame, after: int) -> None:
         start = skip_space(self._text, after)
         path = frame.child()
         if path is not None and start < len(self._text) and self._text[start] != "]":
-            self.offsets.setdefault(path, start)
+            self.offsets[path] = start  # in a list a repeated key holds, the last list's item

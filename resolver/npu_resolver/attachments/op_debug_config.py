@@ -136,6 +136,13 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
             )
         elif joined is not None:  # no op is named so (a full-width mark: the hint says which)
             issues.error(line, at, f"op name {show(item)} {joined}; separate ops with ','")
+        elif not found and (":" in item or "：" in item):  # a tensor's name (GatherV2:0), say
+            issues.error(
+                line,
+                at,
+                f"op name {show(item)} holds ':', which no op's name does; an op type is "
+                f"written '{OP_TYPE_PREFIX}::typeName'",
+            )
         elif not found:
             ops.append(item)
         elif prefix.strip().casefold() != OP_TYPE_PREFIX.casefold():
