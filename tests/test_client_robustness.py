@@ -271,6 +271,33 @@ def test_close_from_another_loop_returns_when_the_owning_loop_stops_first(
 # --------------------------------------------------------------------------- close() in flight
 
 
+def test_close_from_another_loop_cancels_the_calls_in_flight_in_the_clients_own(
+    slow_server: FakeResolver,
+) -> None:
+    client = AsyncResolverClient(slow_server.target)
+    outcome: list[object] = []
+
+    async def call() -> None:
+        try:
+            outcome.append(await client.list_products())
+        except ResolverClientError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=lambda: asyncio.run(call()))
+    thread.start()
+    try:
+        slow_server.wait_started(1)
+        asyncio.run(client.close())
+        thread.join(5)  # the server would answer after 10 s
+        assert not thread.is_alive(), "the call ran on after close()"
+    finally:
+        slow_server.release.set()
+        thread.join(10)
+    (error,) = outcome
+    assert isinstance(error, ResolverCallError) and error.code is grpc.StatusCode.CANCELLED
+    assert "closed during the call" in error.details
+
+
 async def test_calls_in_flight_when_the_async_client_closes_raise_a_client_error(
     slow_server: FakeResolver,
 ) -> None:
@@ -629,6 +656,19 @@ def test_a_call_with_no_deadline_asks_again_for_its_report_with_none() -> None:
     assert timed is not None and 0 < timed[1] <= 5.0
 
 
+def test_a_report_asked_again_that_holds_no_error_leaves_the_first_error_as_it_was() -> None:
+    """The policy may change between the two asks: a report that passes does not explain the
+    failure. The error keeps what the first answer said, a report left out for room included."""
+    error = ResolveError("the report is too large", None)
+    error.report_cut = True
+    request = ResolveRequest("atlas-a2")
+    passing = resolution_to_proto(resolve(request))
+    restored = client_module._resolve_error(error, request, passing)
+    assert restored.resolution is None and restored.violations == ()
+    assert restored.details == "the report is too large"
+    assert restored.report_cut
+
+
 def test_a_batch_reply_with_another_count_of_results_is_an_error_not_a_short_list() -> None:
     """Each result answers the request at its place: a reply that lost or added one cannot be
     paired, and pairing what is left would hand answers to the wrong requests."""
@@ -778,14 +818,14 @@ def _unavailable_once() -> Handler:
     return handler
 
 
-def _unavailable(times: int) -> Handler:
-    """Resolve: UNAVAILABLE the first `times` calls, then the real answer."""
+def _unavailable(times: int, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> Handler:
+    """Resolve: UNAVAILABLE (or `code`) the first `times` calls, then the real answer."""
     calls = [0]
 
     def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
         calls[0] += 1
         if calls[0] <= times:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is restarting")
+            context.abort(code, "the worker is restarting")
         return resolution_to_proto(resolve(ResolveRequest(product=request.product)))
 
     return handler
@@ -803,6 +843,28 @@ def test_the_client_rides_out_four_unavailable_answers_in_a_row() -> None:
     ):
         c.resolve("atlas-a2")
     assert len(server.requests) == 5, "a sixth attempt was made"
+
+
+def test_a_call_the_server_cancelled_is_sent_again_and_at_last_fails_in_the_servers_words() -> None:
+    """A draining server cancels the calls still queued: safe to send again (every method is a
+    pure read). Cancelled every time, the call fails CANCELLED as the server said it, not as a
+    call this client's close() cut short."""
+    cancelled = grpc.StatusCode.CANCELLED
+    with (
+        FakeResolver(resolve=_unavailable(1, cancelled)) as server,
+        ResolverClient(server.target) as c,
+    ):
+        assert c.resolve("atlas-a2").product == "atlas-a2"
+    assert len(server.requests) == 2
+    with (
+        FakeResolver(resolve=_unavailable(5, cancelled)) as server,
+        ResolverClient(server.target) as c,
+        pytest.raises(ResolverCallError) as info,
+    ):
+        c.resolve("atlas-a2")
+    assert len(server.requests) == 5
+    assert info.value.code is cancelled
+    assert info.value.details == "the worker is restarting"
 
 
 LARGE_ATTACHMENT = {"modify_mixlist": '{"black-list": {"to-add": ["' + "x" * 400_000 + '"]}}'}

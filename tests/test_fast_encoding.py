@@ -27,7 +27,7 @@ from npu_resolver import Code, Diagnostic, Provenance, Resolution, ResolveReques
 from npu_resolver._model import unset
 from npu_resolver_client import ResolverClient
 from npu_resolver_client.wire import pb, request_to_proto, resolution_to_proto
-from npu_resolver_server import _encode, _logging
+from npu_resolver_server import ServerSettings, _encode, _logging
 from npu_resolver_server._encode import encode_resolution, field, length_delimited, write_response
 from npu_resolver_server._metrics import Metrics
 from tests._server import ThreadServer
@@ -301,6 +301,22 @@ def test_batch_items_share_the_answer_cache_with_unary_calls() -> None:
     assert value("npu_resolver_answer_cache_total", {"result": "miss"}) == 3
     assert value("npu_resolver_batch_items_total", {"outcome": "ok"}) == 3
     assert value("npu_resolver_batch_items_total", {"outcome": "failed"}) == 1
+
+
+def test_a_server_without_an_answer_cache_counts_no_cache_lookups() -> None:
+    """--cache-entries 0: no answer_cache series, rather than every call counted a miss."""
+    registry = CollectorRegistry()
+    settings = ServerSettings(port=0, grace_seconds=2.0, cache_entries=0)
+    with (
+        ThreadServer(settings, metrics=Metrics(registry)) as server,
+        ResolverClient(server.target) as client,
+    ):
+        for _ in range(3):
+            client.resolve("atlas-a2")
+    value = registry.get_sample_value
+    assert value("npu_resolver_requests_total", {"method": "Resolve", "code": "OK"}) == 3
+    assert value("npu_resolver_answer_cache_total", {"result": "miss"}) is None
+    assert value("npu_resolver_answer_cache_total", {"result": "hit"}) is None
 
 
 # --------------------------------------------------------------------------- call log lines

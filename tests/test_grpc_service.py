@@ -238,6 +238,64 @@ def test_one_off_requests_are_not_kept() -> None:
     assert len(cache) == 1 and cache.get("", b"hot") is answer
 
 
+def test_requests_of_up_to_64_kib_are_answered_from_the_cache(
+    grpc_server: ThreadServer,  # noqa: F811
+) -> None:
+    """Larger requests are rare and would crowd the cache out: they are resolved each time."""
+    cache = grpc_server.built.service.cache
+    bare = pb.ResolveRequest(product="atlas-a2", validate_only=True).ByteSize()
+    with grpc.insecure_channel(grpc_server.target) as channel:
+        call = channel.unary_unary("/npu.resolver.v1.Resolver/Resolve")
+        for size, hits in ((64 * 1024, 1), (64 * 1024 + 1, 0)):
+            workdir = "w" * (size - bare - 4)  # its tag and a 3-byte length
+            request_ = pb.ResolveRequest(product="atlas-a2", workdir=workdir, validate_only=True)
+            raw = request_.SerializeToString()
+            assert len(raw) == size
+            before = cache.hits
+            for _ in range(3):  # seen, kept, then answered from the cache
+                call(raw, timeout=10)
+            assert cache.hits - before == hits
+
+
+def test_a_full_cache_gives_way_to_its_least_recently_used_answer() -> None:
+    cache = AnswerCache(2)
+    answers = {key: Answer(grpc.StatusCode.OK, payload=key) for key in (b"a", b"b", b"c")}
+    for key in (b"a", b"b"):
+        cache.put("", key, answers[key])
+        cache.put("", key, answers[key])
+    assert len(cache) == 2
+    assert cache.get("", b"a") is answers[b"a"]  # used since b was kept
+    cache.put("", b"c", answers[b"c"])
+    cache.put("", b"c", answers[b"c"])
+    assert len(cache) == 2
+    assert cache.get("", b"b") is None
+    assert cache.get("", b"a") is answers[b"a"] and cache.get("", b"c") is answers[b"c"]
+
+
+def test_an_answer_of_exactly_the_byte_bound_is_kept_and_one_byte_more_is_not() -> None:
+    answer = Answer(grpc.StatusCode.OK, payload=b"x" * 1000)
+    bound = answer.size + len(b"request")
+    for max_bytes, kept in ((bound, 1), (bound - 1, 0)):
+        cache = AnswerCache(16, max_bytes=max_bytes)
+        cache.put("", b"request", answer)
+        cache.put("", b"request", answer)
+        assert len(cache) == kept
+
+
+def test_a_cache_cleared_for_a_new_policy_holds_as_many_bytes_as_before() -> None:
+    """What the cache held under the old policy no longer counts against its byte bound."""
+    answer = Answer(grpc.StatusCode.OK, payload=b"x" * 1000)
+    keys = (b"first", b"second")
+    cache = AnswerCache(16, max_bytes=sum(answer.size + len(key) for key in keys))
+    for version in ("v1", "v2", "v3"):
+        for key in keys:
+            cache.put(version, key, answer)
+            cache.put(version, key, answer)
+        assert len(cache) == 2
+        assert all(cache.get(version, key) is answer for key in keys)
+        cache.clear()
+
+
 # --------------------------------------------------------------------------- the other RPCs
 
 
@@ -1269,6 +1327,39 @@ def test_metrics_count_calls() -> None:
         assert value("npu_resolver_policy_info", {"version": ""}) == 1
 
 
+def test_with_one_worker_the_policy_info_series_of_a_version_no_longer_in_force_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import MULTIPROC_ENV, Metrics
+
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.policy("v1")
+    metrics.policy("v2")
+    value = registry.get_sample_value
+    assert value("npu_resolver_policy_info", {"version": "v2"}) == 1
+    assert value("npu_resolver_policy_info", {"version": "v1"}) is None
+
+
+def test_call_latency_is_bucketed_from_a_tenth_of_a_millisecond_to_2_5_s() -> None:
+    """The buckets an alert on p99 latency of a few milliseconds reads."""
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry).observe("Resolve", "OK", 0.003, "atlas-a2", ())
+    (family,) = [m for m in registry.collect() if m.name == "npu_resolver_request_latency_seconds"]
+    bounds = [s.labels["le"] for s in family.samples if s.name.endswith("_bucket")]
+    assert bounds == [
+        "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+        "0.1", "0.25", "0.5", "1.0", "2.5", "+Inf",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("remaining", "code"),
     [
@@ -1567,6 +1658,12 @@ def test_client_errors_survive_pickling(client: ResolverClient, grpc_target: str
     too_large = ResolverCallError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the reply is ...")
     too_large.reply_too_large = True
     assert pickle.loads(pickle.dumps(too_large)).reply_too_large is True
+
+
+def test_a_resolve_error_whose_report_was_left_out_says_so_after_pickling() -> None:
+    error = ResolveError("the report is too large", None)
+    error.report_cut = True
+    assert pickle.loads(pickle.dumps(error)).report_cut is True
 
 
 def test_a_closed_client_says_so(grpc_target: str) -> None:  # noqa: F811

@@ -511,6 +511,51 @@ def test_a_large_request_within_the_entry_bound_is_answered(
         assert pb.ResolveResponse.FromString(reply).ok
 
 
+def test_a_request_of_256_kib_is_decoded_as_sent_and_one_byte_more_is_looked_at_first(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """Up to 256 KiB no map is large enough to matter: its 8,193 env entries are read. One byte
+    more and more than 8,192 are refused unread (with validate_only, the report's one error)."""
+    env = {f"V{i:06d}": "" for i in range(8_193)}
+    bare = pb.ResolveRequest(product="atlas-a2", env=env, validate_only=True).ByteSize()
+    for size in (256 * 1024, 256 * 1024 + 1):
+        workdir = "w" * (size - bare - 4)  # its tag and a 3-byte length
+        request = pb.ResolveRequest(
+            product="atlas-a2", env=env, workdir=workdir, validate_only=True
+        )
+        raw = request.SerializeToString()
+        assert len(raw) == size
+        code, reply = _call(grpc_target, RESOLVE, raw)
+        assert code is grpc.StatusCode.OK
+        answer = pb.ResolveResponse.FromString(reply)
+        if size == 256 * 1024:
+            assert answer.ok and not answer.diagnostics
+            continue
+        (diagnostic,) = answer.diagnostics
+        assert (diagnostic.option, diagnostic.code) == ("env", "INVALID_VALUE")
+        assert "more than 8192 env entries" in diagnostic.message
+
+
+def test_a_large_request_of_more_than_65536_fields_is_refused_unread(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """Fields unknown to this server count too: 65,536 in all are read, one more is refused
+    before protobuf decodes anything."""
+    head = pb.ResolveRequest(product="atlas-a2", workdir=PADDING, validate_only=True)
+    unknown = b"\x98\x06\x00"  # field 99, a varint
+    read = head.SerializeToString() + unknown * (65_536 - 3)
+    code, reply = _call(grpc_target, RESOLVE, read)
+    assert code is grpc.StatusCode.OK
+    assert pb.ResolveResponse.FromString(reply).ok
+    code, error = _call(grpc_target, RESOLVE, read + unknown)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert _violations(error) == [("request", "TOO_MANY_ENTRIES")]
+    assert error.details() == (
+        "the request has more than 65536 fields; send the job's own variables and only the "
+        "attachments its options name"
+    )
+
+
 def test_a_struct_config_wider_than_read_is_the_in_process_report_unread(
     grpc_target: str,  # noqa: F811
 ) -> None:
@@ -590,7 +635,16 @@ def test_the_pre_decode_walk_counts_a_structs_keys_and_items_as_the_core_does(
         assert struct_items(raw, total - 1) == total  # read no further than one past the bound
 
 
-@pytest.mark.parametrize("raw", [b"\x0a\x05\x0a\x01", b"\x0a", b"\x0b", b"\x0a\x80"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x0a\x05\x0a\x01",
+        b"\x0a",
+        b"\x0b",
+        b"\x0a\x80",
+        b"\x0a\x02\x0a\x05",  # an entry whose key runs past the entry's end
+    ],
+)
 def test_the_pre_decode_walk_refuses_what_it_cannot_read(raw: bytes) -> None:
     assert struct_items(raw, 100) is None
 
@@ -658,6 +712,36 @@ def test_a_group_cannot_hide_a_map_too_large_to_decode(grpc_target: str) -> None
     assert struct_items(GROUP + struct, 10**6) is None
     inside = field(1, b"atlas-a2") + field(2, GROUP + struct) + field(4, PADDING.encode())
     assert too_large(pb.ResolveRequest, inside, MAX_CONFIG_ITEMS) == UNREADABLE
+
+
+def test_a_large_request_cut_short_is_refused_unread_as_not_valid(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    raw = _env_past_the_bound().SerializeToString()[:-1]
+    code, error = _call(grpc_target, RESOLVE, raw)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == (
+        "the request is not a valid ResolveRequest as this server reads one over 256 KiB (cut "
+        "short, or holding a group)"
+    )
+
+
+def test_a_config_struct_sent_in_pieces_is_bounded_as_one() -> None:
+    """The pieces merge into one Struct: fields that count for nothing in a later piece are
+    bounded by what the earlier pieces left of the bound, not by the whole bound again."""
+    wide = pb.ResolveRequest()
+    wide.config.update({f"k{i:05d}": 1 for i in range(9_000)})
+    (keys,) = length_delimited(wide.SerializeToString(), 2) or [b""]
+    again = b"\x08\x00" * 5_000  # Value.null_value, written 5,000 times
+    entry = b"\x0a\x01z" + b"\x12" + varint(len(again)) + again
+    junk = field(1, entry)
+    product, padding = field(1, b"atlas-a2"), field(4, PADDING.encode())
+    raw = product + field(2, keys) + field(2, junk) + padding
+    assert len(pb.ResolveRequest.FromString(raw).config.fields) == 9_001
+    assert too_large(pb.ResolveRequest, raw, MAX_CONFIG_ITEMS) == "config"
+    assert (
+        too_large(pb.ResolveRequest, product + field(2, junk) + padding, MAX_CONFIG_ITEMS) is None
+    )
 
 
 def test_fields_that_count_for_nothing_are_bounded_too() -> None:
