@@ -634,6 +634,24 @@ def test_a_diff_naming_products_past_the_field_limit_is_refused_as_too_many_prod
     assert "attachments" not in refused.value.details
 
 
+@pytest.mark.parametrize("before", [b"", b"\x22\x07/jobs/7"], ids=["names first", "workdir first"])
+def test_a_diff_naming_products_past_the_field_limit_says_so_whatever_comes_first(
+    grpc_target: str,  # noqa: F811
+    before: bytes,
+) -> None:
+    """Fields may come in any order on the wire (or two messages be joined): the names after
+    another field are still counted as names, not said to be too many fields of a resolve."""
+    raw = before + pb.DiffRequest(products=["atlas-a2"] * 70_000).SerializeToString()
+    with grpc.insecure_channel(grpc_target) as channel, pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary("/npu.resolver.v1.Resolver/Diff")(raw, timeout=20)
+    error: Any = info.value
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == (
+        "the request has more than 65,536 fields, more than 16 of them product names; a diff "
+        "takes at most 16 (a product named twice is one column)"
+    )
+
+
 def test_diff_refuses_a_product_name_that_is_not_a_str_with_a_type_error() -> None:
     """As ResolveRequest refuses a product that is not a str: a mistake in the caller's code,
     said where it is made (not an exception from deep inside, nor a column named None)."""
@@ -2061,13 +2079,16 @@ def test_get_policy_of_long_lists_sends_it_without_whitespace_or_says_why_not(
 
 
 def test_a_diff_of_many_fields_is_called_too_many_products_only_when_its_products_are() -> None:
-    """Products the most numerous of 65,536 fields and more, yet fewer than that alone: the
-    request is refused for its size, not said to name more products than it does."""
+    """Over 65,536 fields, a diff is refused for its products when more than 16 of them are
+    product names (what its message says), and for its size otherwise."""
     from npu_resolver_server._reading import MAX_TOP_LEVEL_FIELDS, too_large
 
     many = {f"V{i}": "x" for i in range(8_190)}
     mixed = pb.DiffRequest(products=["atlas-a2"] * 49_200, env=many, attachments=many)
-    assert too_large(pb.DiffRequest, mixed.SerializeToString(), 10_000) == "request"
+    assert too_large(pb.DiffRequest, mixed.SerializeToString(), 10_000) == "products"
+    few = pb.DiffRequest(products=["atlas-a2"] * 16, env=many, attachments=many)
+    padding = pb.DiffRequest(workdir="w").SerializeToString() * 49_200  # the last one is read
+    assert too_large(pb.DiffRequest, few.SerializeToString() + padding, 10_000) == "request"
     named = pb.DiffRequest(products=["atlas-a2"] * (MAX_TOP_LEVEL_FIELDS + 1))
     assert too_large(pb.DiffRequest, named.SerializeToString(), 10_000) == "products"
 

@@ -78,8 +78,10 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
             return name
     if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
         products = kind.DESCRIPTOR.fields_by_name.get("products")
-        if products is not None and counts.get(products.number, 0) > MAX_TOP_LEVEL_FIELDS:
-            return "products"  # a Diff naming products again and again: in a diff's words
+        # A Diff naming products again and again: in a diff's words, wherever its other
+        # fields come (the count stops past the limit, and the names may come after others).
+        if products is not None and counts.get(products.number, 0) > MAX_DIFF_PRODUCTS:
+            return "products"
         return "request"
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
@@ -116,8 +118,9 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
         return _without_config(kind, raw, refused), "wide"
     if large == "products":
         raise RefusedError(
-            f"the request names more than {MAX_TOP_LEVEL_FIELDS:,} products; a diff takes at "
-            f"most {MAX_DIFF_PRODUCTS} (a product named twice is one column)",
+            f"the request has more than {MAX_TOP_LEVEL_FIELDS:,} fields, more than "
+            f"{MAX_DIFF_PRODUCTS} of them product names; a diff takes at most "
+            f"{MAX_DIFF_PRODUCTS} (a product named twice is one column)",
             "products",
             "TOO_MANY_PRODUCTS",
         )
