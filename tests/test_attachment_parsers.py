@@ -250,9 +250,14 @@ def test_r_odc_1_unknown_key_gives_line_and_suggestion() -> None:
     assert "unknown key 'op_debug_lst'" in issue.message
 
 
-def test_r_odc_1_empty_option_is_an_error_at_its_column() -> None:
-    issue = only_error(parse_op_debug_config("op_debug_config=oom,,dump_cce"))
-    assert (issue.line, issue.column) == (1, 21)
+@pytest.mark.parametrize(
+    ("text", "column"),
+    [("op_debug_config=oom,,dump_cce", 21), ("op_debug_config=oom,  ,dump_cce", 23)],
+)
+def test_r_odc_1_an_empty_option_is_an_error_placed_past_its_blanks(text: str, column: int) -> None:
+    issue = only_error(parse_op_debug_config(text))
+    assert (issue.line, issue.column) == (1, column)
+    assert "empty option" in issue.message
 
 
 def test_r_odc_1_an_empty_option_list_is_one_error() -> None:
@@ -288,12 +293,6 @@ def test_r_odc_1_repeated_key_with_other_value_is_an_error() -> None:
     issue = only_error(parse_op_debug_config("op_debug_config=oom\nop_debug_config=dump_cce"))
     assert issue.line == 2
     assert "first on line 1" in issue.message
-
-
-def test_r_odc_1_a_blank_option_is_placed_past_its_blanks() -> None:
-    issue = only_error(parse_op_debug_config("op_debug_config=oom,  ,dump_cce"))
-    assert (issue.line, issue.column) == (1, 23)
-    assert "empty option" in issue.message
 
 
 def test_r_odc_1_an_option_given_twice_is_a_note_at_the_repeat() -> None:
@@ -505,19 +504,6 @@ def test_r_mml_1_the_gray_list_note_is_placed_at_its_key() -> None:
     assert (note.line, note.column, note.normalized) == (2, 3, True)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        '{\n"black-list": {\n  "to-remove": ["MatMul"],\n  "to-add": ["MatMul"]\n}}',
-        '{\n"black-list": {"to-add": ["MatMul"]},\n"white-list": {\n  "to-add": ["MatMul"]\n}}',
-    ],
-    ids=["added-and-removed", "added-to-two-lists"],
-)
-def test_r_mml_1_an_op_moved_two_ways_is_placed_at_the_to_add_list(text: str) -> None:
-    issue = only_error(parse_modify_mixlist(text))
-    assert (issue.line, issue.column) == (4, 3)
-
-
 def test_r_mml_1_an_issue_is_placed_exactly_only_within_20_000_tokens() -> None:
     """Positions are sought over at most 20,000 tokens of the file (MAX_SOUGHT_TOKENS)."""
     # 12 tokens lead to the list and each item takes two ("a" and its comma): the bad item
@@ -709,14 +695,24 @@ def test_r_fsf_2_an_empty_pass_name_is_an_error_not_a_pass() -> None:
     assert result.graph_fusion == {"P": "off"}
 
 
-def test_r_fsf_2_a_switch_that_is_not_an_object_is_an_error() -> None:
-    issue = only_error(parse_fusion_switch('{\n"Switch": ["GraphFusion"]}'))
-    assert issue.message == "line 2, column 1: 'Switch' must be an object, not a list"
-
-
-def test_r_fsf_2_a_file_that_is_not_an_object_is_placed_at_its_first_token() -> None:
-    issue = only_error(parse_fusion_switch('\n  ["Switch"]'))
-    assert issue.message == "line 2, column 3: the file must hold a JSON object {...}, not a list"
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{\n"Switch": ["GraphFusion"]}',
+            "line 2, column 1: 'Switch' must be an object, not a list",
+        ),
+        (
+            '\n  ["Switch"]',
+            "line 2, column 3: the file must hold a JSON object {...}, not a list",
+        ),
+    ],
+    ids=["switch", "file"],
+)
+def test_r_fsf_2_a_part_that_is_not_an_object_is_an_error_placed_at_it(
+    text: str, message: str
+) -> None:
+    assert only_error(parse_fusion_switch(text)).message == message
 
 
 # customize_dtypes -------------------------------------------------------------------------------
@@ -1234,15 +1230,16 @@ def test_r_odc_1_a_mistyped_key_line_is_named_as_such() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        '{"black-list": {"to-add": ["MatMul"]}, "white-list": {"to-add": ["MatMul"]}}',
-        '{"black-list": {"to-add": ["MatMul"], "to-remove": ["MatMul"]}}',
+        '{\n"black-list": {"to-add": ["MatMul"]},\n"white-list": {\n  "to-add": ["MatMul"]\n}}',
+        '{\n"black-list": {\n  "to-remove": ["MatMul"],\n  "to-add": ["MatMul"]\n}}',
     ],
     ids=["added-to-two-lists", "added-and-removed"],
 )
-def test_r_mml_1_an_op_moved_two_ways_is_refused(text: str) -> None:
+def test_r_mml_1_an_op_moved_two_ways_is_refused_at_the_to_add_list(text: str) -> None:
     """The source does not say which move wins, as for repeated keys elsewhere."""
-    (issue,) = [i for i in parse_modify_mixlist(text).issues if i.is_error]
+    issue = only_error(parse_modify_mixlist(text))
     assert "'MatMul'" in issue.message and "which wins" in issue.message
+    assert (issue.line, issue.column) == (4, 3)
 
 
 def test_r_mml_1_an_issue_far_into_a_long_file_is_placed_at_its_list() -> None:
