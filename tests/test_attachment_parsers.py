@@ -1322,11 +1322,14 @@ def test_r_odc_1_an_op_name_holding_a_colon_is_refused_as_no_op_has_one() -> Non
     """No op's name holds ':' (a tensor's does, GatherV2:0): kept as a name, it would match no
     op and the options would quietly apply to nothing."""
     parsed = parse_op_debug_config(
-        "op_debug_config = oom\nop_debug_list=OpType:,Foo:Bar,GatherV2:0,Add\n"
+        "op_debug_config = oom\nop_debug_list=OpType:,Foo:Bar,GatherV2:0,Add,OpType::Relu:0\n"
     )
     assert parsed.op_debug_list == ("Add",)
     assert [issue.message for issue in parsed.issues] == [
-        f"line 2, column {column}: op name '{name}' holds ':', which no op's name does; an op "
-        "type is written 'OpType::typeName'"
-        for column, name in ((15, "OpType:"), (23, "Foo:Bar"), (31, "GatherV2:0"))
+        *(
+            f"line 2, column {column}: op name '{name}' holds ':', which no op's name does; "
+            "an op type is written 'OpType::typeName'"
+            for column, name in ((15, "OpType:"), (23, "Foo:Bar"), (31, "GatherV2:0"))
+        ),
+        "line 2, column 46: op type 'Relu:0' holds ':', which no type does",
     ]

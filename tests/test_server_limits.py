@@ -973,6 +973,72 @@ def test_the_large_request_thread_says_how_long_its_request_has_run() -> None:
         large.close()
 
 
+def test_overlapping_large_requests_of_two_servers_restore_the_usual_switch_interval() -> None:
+    """The interval is the process's: lowered by the first large request running, restored by
+    the last (each restoring what it found would leave it lowered for good)."""
+    import sys
+    import threading
+
+    from npu_resolver_server._large import SWITCH_INTERVAL_S, LargeRequests
+
+    first, second = LargeRequests(), LargeRequests()
+    usual = sys.getswitchinterval()
+    go_on = [threading.Event(), threading.Event()]
+    started = [threading.Event(), threading.Event()]
+
+    def work(index: int) -> int:
+        started[index].set()
+        go_on[index].wait(10)
+        return index
+
+    async def run() -> None:
+        one = asyncio.ensure_future(first.run(work, 0))
+        assert await asyncio.to_thread(started[0].wait, 10)
+        two = asyncio.ensure_future(second.run(work, 1))
+        assert await asyncio.to_thread(started[1].wait, 10)
+        go_on[0].set()
+        assert await one == 0
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S  # the second still runs
+        go_on[1].set()
+        assert await two == 1
+        assert sys.getswitchinterval() == usual
+
+    try:
+        asyncio.run(run())
+    finally:
+        for event in go_on:
+            event.set()
+        first.close()
+        second.close()
+
+
+def test_a_large_request_that_never_ends_does_not_hold_the_process_at_its_exit() -> None:
+    """A server of one process stops and exits even so (the kubelet's SIGKILL, or nothing
+    outside Kubernetes, would have ended it)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, threading\n"
+        "from npu_resolver_server._large import LargeRequests\n"
+        "large, started = LargeRequests(), threading.Event()\n"
+        "def forever():\n"
+        "    started.set()\n"
+        "    threading.Event().wait()\n"
+        "async def main():\n"
+        "    job = asyncio.ensure_future(large.run(forever))\n"
+        "    await asyncio.to_thread(started.wait, 10)\n"
+        "    job.cancel()\n"
+        "    large.close()\n"
+        "asyncio.run(main())\n"
+        "print('done')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert (proc.returncode, proc.stdout) == (0, "done\n"), proc.stderr
+
+
 def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -984,7 +1050,7 @@ def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
     from npu_resolver_server import _app
 
     monkeypatch.setattr(_app, "HEARTBEAT_S", 0.01)
-    caplog.set_level(logging.ERROR, logger="npu_resolver_server")
+    caplog.set_level(logging.WARNING, logger="npu_resolver_server")
     beats: list[float] = []
     stuck = False
 

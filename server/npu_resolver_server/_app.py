@@ -492,7 +492,8 @@ async def serve(
     # patience with a silent worker: a draining worker is not a hung one.
     beat = None
     if marks is not None:
-        # Past half the limit: the supervisor's own wait for silence makes up the rest.
+        # Past half the limit: with the supervisor's own wait for that much silence, the
+        # worker is restarted about one and a half limits after such a request began.
         large, limit = built.service.large, settings.hung_worker_seconds / 2
         beat = loop.create_task(_heartbeat(marks, lambda: large.running_for() > limit))
     await stop.wait()
@@ -527,8 +528,8 @@ async def _heartbeat(marks: ReloadMarks, stuck: Callable[[], bool]) -> None:
             said = False
         elif not said:
             said = True
-            log.error(
-                "a large request has run half the hung-worker limit: heartbeat stopped",
+            log.warning(
+                "a large request has run half the hung-worker limit: heartbeat held until it ends",
                 extra={"fields": {"event": "large_request_stuck"}},
             )
         await asyncio.sleep(HEARTBEAT_S)

@@ -5,12 +5,14 @@ held, and how long the one running has run, so that a request stuck there is see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 MAX_HELD: Final = 64
 """Large requests a worker holds at once, the one resolved and those waiting their turn (at most
@@ -27,11 +29,39 @@ the large requests take about half as long again (6 to 10 answered in 6 s, again
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
+
+
+class _Faster:
+    """The lowered switch interval, process-wide: lowered by the first large request running in
+    the process (any server's), restored by the last to end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._usual = sys.getswitchinterval()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if not self._running:
+                self._usual = sys.getswitchinterval()
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
+            self._running += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._running -= 1
+            if not self._running:
+                sys.setswitchinterval(self._usual)
+
+
+_FASTER: Final = _Faster()
 
 
 class LargeRequests:
     def __init__(self) -> None:
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-requests")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._held = 0
         self._began: float | None = None
 
@@ -47,25 +77,44 @@ class LargeRequests:
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """`fn` on the thread, in its turn; a caller that leaves before it begins drops it."""
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
         self._held += 1
         try:
-            return await loop.run_in_executor(
-                self._thread, functools.partial(self._timed, fn, *args, **kwargs)
-            )
+            if self._thread is None:  # started by the first large request, in the worker
+                # A daemon: a request stuck there does not hold the process's exit once the
+                # server has stopped (the interpreter joins other threads).
+                self._thread = threading.Thread(
+                    target=self._work, name="large-requests", daemon=True
+                )
+                self._thread.start()
+            self._jobs.put((loop, future, functools.partial(fn, *args, **kwargs)))
+            return await future
         finally:
             self._held -= 1
 
-    def _timed(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        self._began = time.monotonic()
-        usual = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            sys.setswitchinterval(usual)
-            self._began = None
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, call = job
+            if future.cancelled():  # its caller left before its turn
+                continue
+            self._began = time.monotonic()
+            try:
+                with _FASTER:
+                    outcome: tuple[Callable[[Any], None], Any] = (future.set_result, call())
+            except Exception as exc:
+                outcome = (future.set_exception, exc)
+            finally:
+                self._began = None
+            del job, call  # the request's bytes, held no longer than its turn
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, *outcome)
 
     def close(self) -> None:
-        """After the server stopped: requests not yet begun are dropped (their callers are
-        gone)."""
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        """After the server stopped: the thread ends after the request it runs; those not yet
+        begun are dropped (their callers are gone)."""
+        self._jobs.put(None)
+
+
+def _settle(future: asyncio.Future[Any], settle: Callable[[Any], None], value: Any) -> None:
+    if not future.cancelled():
+        settle(value)

@@ -156,6 +156,8 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
             )
         elif not op_type.strip():
             issues.error(line, at, f"no op type after {show(prefix + '::')}")
+        elif ":" in op_type or "：" in op_type:  # OpType::ReduceSum:0, a tensor's name again
+            issues.error(line, at, f"op type {show(op_type.strip())} holds ':', which no type does")
         else:
             ops.append(f"{OP_TYPE_PREFIX}::{op_type.strip()}")
     return tuple(ops)
