@@ -647,8 +647,8 @@ def test_a_diff_naming_products_past_the_field_limit_says_so_whatever_comes_firs
     error: Any = info.value
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert error.details() == (
-        "the request has more than 65,536 fields, more than 16 of them product names; a diff "
-        "takes at most 16 (a product named twice is one column)"
+        "the request has more than 65,536 fields, most of them product names; a diff takes at "
+        "most 16 (a product named twice is one column)"
     )
 
 
@@ -2079,8 +2079,9 @@ def test_get_policy_of_long_lists_sends_it_without_whitespace_or_says_why_not(
 
 
 def test_a_diff_of_many_fields_is_called_too_many_products_only_when_its_products_are() -> None:
-    """Over 65,536 fields, a diff is refused for its products when more than 16 of them are
-    product names (what its message says), and for its size otherwise."""
+    """Over 65,536 fields, a diff is refused for its products when most of them are product
+    names (what its message says), and for its size otherwise: 17 names of one product among
+    65,600 other fields are no diff of too many products."""
     from npu_resolver_server._reading import MAX_TOP_LEVEL_FIELDS, too_large
 
     many = {f"V{i}": "x" for i in range(8_190)}
@@ -2089,6 +2090,9 @@ def test_a_diff_of_many_fields_is_called_too_many_products_only_when_its_product
     few = pb.DiffRequest(products=["atlas-a2"] * 16, env=many, attachments=many)
     padding = pb.DiffRequest(workdir="w").SerializeToString() * 49_200  # the last one is read
     assert too_large(pb.DiffRequest, few.SerializeToString() + padding, 10_000) == "request"
+    seventeen = pb.DiffRequest(products=["atlas-a2"] * 17).SerializeToString()
+    workdirs = pb.DiffRequest(workdir="www").SerializeToString() * 65_600  # over 256 KiB
+    assert too_large(pb.DiffRequest, seventeen + workdirs, 10_000) == "request"
     named = pb.DiffRequest(products=["atlas-a2"] * (MAX_TOP_LEVEL_FIELDS + 1))
     assert too_large(pb.DiffRequest, named.SerializeToString(), 10_000) == "products"
 

@@ -79,8 +79,9 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
         products = kind.DESCRIPTOR.fields_by_name.get("products")
         # A Diff naming products again and again: in a diff's words, wherever its other
-        # fields come (the count stops past the limit, and the names may come after others).
-        if products is not None and counts.get(products.number, 0) > MAX_DIFF_PRODUCTS:
+        # fields come (the count stops past the limit), when the names are most of it.
+        named = counts.get(products.number, 0) if products is not None else 0
+        if named > MAX_DIFF_PRODUCTS and 2 * named > sum(counts.values()):
             return "products"
         return "request"
     keys = 0
@@ -118,9 +119,9 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
         return _without_config(kind, raw, refused), "wide"
     if large == "products":
         raise RefusedError(
-            f"the request has more than {MAX_TOP_LEVEL_FIELDS:,} fields, more than "
-            f"{MAX_DIFF_PRODUCTS} of them product names; a diff takes at most "
-            f"{MAX_DIFF_PRODUCTS} (a product named twice is one column)",
+            f"the request has more than {MAX_TOP_LEVEL_FIELDS:,} fields, most of them product "
+            f"names; a diff takes at most {MAX_DIFF_PRODUCTS} (a product named twice is one "
+            "column)",
             "products",
             "TOO_MANY_PRODUCTS",
         )

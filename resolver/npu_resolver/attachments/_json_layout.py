@@ -51,7 +51,8 @@ class _Frame:
 class Layout:
     """Offsets of object members (at their key) and list items, and the keys that repeat. A key
     written twice in one object is placed at its last writing, the one json.loads keeps: the
-    keys that repeat are sought (scanning the whole file) before any position is."""
+    keys that repeat are sought (scanning the whole file) before any position is. A second
+    writing past MAX_SOUGHT_TOKENS is not seen: what lies under it keeps the first's places."""
 
     __slots__ = ("_budget", "_steps", "_text", "offsets", "repeated")
 
