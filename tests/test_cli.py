@@ -1465,20 +1465,25 @@ def test_the_env_format_marks_a_variable_the_explicit_option_overrides_r_hct_4()
     )
 
 
+def _env_format_under(
+    tmp_path: Path, policy_text: str, product: str, variable: str
+) -> subprocess.CompletedProcess[str]:
+    """`resolve --format env` of one job variable under a policy file of `policy_text`."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(policy_text, encoding="utf-8")
+    return run(
+        "resolve", "--product", product, "--policy", str(policy), "--env", variable,
+        "--format", "env",
+    )  # fmt: skip
+
+
 def test_the_env_format_marks_a_variable_a_policy_lock_overrides(tmp_path: Path) -> None:
     """A lock wins over the job's variable too (the report says POLICY_LOCKED)."""
-    policy = tmp_path / "lock.toml"
-    policy.write_text("[profiles.default.locked]\nhccl_timeout = 3600\n", encoding="utf-8")
-    proc = run(
-        "resolve",
-        "--product",
+    proc = _env_format_under(
+        tmp_path,
+        "[profiles.default.locked]\nhccl_timeout = 3600\n",
         "atlas-a2",
-        "--policy",
-        str(policy),
-        "--env",
         "HCCL_EXEC_TIMEOUT=100",
-        "--format",
-        "env",
     )
     assert proc.returncode == 0
     assert proc.stdout == (
@@ -1492,18 +1497,11 @@ def test_the_env_format_leaves_a_blank_variable_unmarked_beside_a_rounded_policy
     """R-HCT-4: a blank HCCL_EXEC_TIMEOUT sets nothing, so the policy's default is what R-HCT-3
     rounds; the variable's line is exported blank as the job gave it, with no claim that it
     takes effect as the rounded value."""
-    policy = tmp_path / "defaults.toml"
-    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 600\n", encoding="utf-8")
-    proc = run(
-        "resolve",
-        "--product",
+    proc = _env_format_under(
+        tmp_path,
+        "[profiles.default.defaults]\nhccl_timeout = 600\n",
         "atlas-training",
-        "--env",
         "HCCL_EXEC_TIMEOUT=",
-        "--policy",
-        str(policy),
-        "--format",
-        "env",
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "export HCCL_EXEC_TIMEOUT=''\n"

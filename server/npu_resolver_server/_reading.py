@@ -76,14 +76,14 @@ def too_large(kind: type[message.Message], raw: bytes, max_keys: int) -> str | N
     for number, name in _maps(kind).items():
         if counts.get(number, 0) > MAX_MAP_ENTRIES:
             return name
-    if sum(counts.values()) > MAX_TOP_LEVEL_FIELDS:
+    total = sum(counts.values())
+    if total > MAX_TOP_LEVEL_FIELDS:
         products = kind.DESCRIPTOR.fields_by_name.get("products")
         # A Diff naming products again and again: in a diff's words, wherever its other
-        # fields come (the count stops past the limit), when the names are most of it.
+        # fields come (the count stops past the limit), when the names are most of it (and
+        # so far more than a diff takes).
         named = counts.get(products.number, 0) if products is not None else 0
-        if named > MAX_DIFF_PRODUCTS and 2 * named > sum(counts.values()):
-            return "products"
-        return "request"
+        return "products" if 2 * named > total else "request"
     keys = 0
     for config in length_delimited(raw, CONFIG_FIELD) or ():  # each occurrence adds its keys
         # Occurrences merge into one Struct: their keys and items add up.

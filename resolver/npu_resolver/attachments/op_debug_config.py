@@ -113,6 +113,11 @@ def _single_colon(item: str) -> str | None:
     return None
 
 
+def _holds_colon(text: str) -> bool:
+    """No op's name or type holds a colon, ASCII or full-width (see _single_colon)."""
+    return ":" in text or "：" in text
+
+
 def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, ...]:
     ops: list[str] = []
     if not value:
@@ -136,7 +141,7 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
             )
         elif joined is not None:  # no op is named so (a full-width mark: the hint says which)
             issues.error(line, at, f"op name {show(item)} {joined}; separate ops with ','")
-        elif not found and (":" in item or "：" in item):  # a tensor's name (GatherV2:0), say
+        elif not found and _holds_colon(item):  # a tensor's name (GatherV2:0), say
             issues.error(
                 line,
                 at,
@@ -156,7 +161,7 @@ def _op_list(value: str, line: int, column: int, issues: Issues) -> tuple[str, .
             )
         elif not op_type.strip():
             issues.error(line, at, f"no op type after {show(prefix + '::')}")
-        elif ":" in op_type or "：" in op_type:  # OpType::ReduceSum:0, a tensor's name again
+        elif _holds_colon(op_type):  # OpType::ReduceSum:0, a tensor's name again
             issues.error(line, at, f"op type {show(op_type.strip())} holds ':', which no type does")
         else:
             ops.append(f"{OP_TYPE_PREFIX}::{op_type.strip()}")
