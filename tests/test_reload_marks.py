@@ -166,26 +166,42 @@ def test_the_reload_is_asked_of_the_supervisor_only_while_it_is_this_workers_par
     assert sent == [(parent, signal.SIGHUP)]
 
 
+def _supervisor_on_a_fake_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drain_delay_seconds: float = 0.0
+) -> tuple[list[float], list[int], _supervisor.Supervisor]:
+    """A supervisor of one worker (OTHER) whose clock is `clock[0]` and whose kills are
+    recorded in `killed`: the module's own clock and signals, not the interpreter's."""
+    from npu_resolver_server import ServerSettings
+
+    clock = [100.0]
+    killed: list[int] = []
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
+    fake_os = types.SimpleNamespace(kill=lambda pid, signum: killed.append(pid), getpid=os.getpid)
+    monkeypatch.setattr("npu_resolver_server._supervisor.time", fake_time)
+    monkeypatch.setattr("npu_resolver_server._supervisor.os", fake_os)
+    supervisor = _supervisor.Supervisor(
+        ServerSettings(
+            port=50999,
+            workers=2,
+            hung_worker_seconds=3,
+            drain_delay_seconds=drain_delay_seconds,
+            grace_seconds=0,
+        ),
+        tmp_path,
+    )
+    supervisor.children = {OTHER: 0}
+    return clock, killed, supervisor
+
+
 def test_time_the_supervisor_did_not_run_is_no_workers_silence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole server stopped for longer than the limit and resumed: the supervisor counts
     only the silence it watched, so a worker that beats again once resumed is not killed for
     the pause; one still silent once the supervisor runs again is, after the limit."""
-    from npu_resolver_server import ServerSettings
     from npu_resolver_server._reload_marks import beat_name
 
-    clock = [100.0]
-    killed: list[int] = []
-    # The supervisor module's own clock and signals, not the interpreter's.
-    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
-    fake_os = types.SimpleNamespace(kill=lambda pid, signum: killed.append(pid), getpid=os.getpid)
-    monkeypatch.setattr("npu_resolver_server._supervisor.time", fake_time)
-    monkeypatch.setattr("npu_resolver_server._supervisor.os", fake_os)
-    supervisor = _supervisor.Supervisor(
-        ServerSettings(port=50999, workers=2, hung_worker_seconds=3), tmp_path
-    )
-    supervisor.children = {OTHER: 0}
+    clock, killed, supervisor = _supervisor_on_a_fake_clock(tmp_path, monkeypatch)
     beat = tmp_path / beat_name(OTHER)
 
     def beats(at: int) -> None:
@@ -205,3 +221,36 @@ def test_time_the_supervisor_did_not_run_is_no_workers_silence(
         supervisor._tick()
         supervisor._kill_hung()
     assert killed == [OTHER]
+
+
+@pytest.mark.parametrize("stopping", [False, True], ids=["serving", "stopping"])
+def test_a_pause_within_a_turn_of_the_supervisor_is_no_workers_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopping: bool
+) -> None:
+    """The whole server stopped (Ctrl-Z, a paused container) after a turn of the supervisor's
+    loop read its clock and before it judged the workers: the turn judges on the time it read,
+    and the next turn counts the gap as a pause. Read again when judging, the clock held the
+    pause, and a server paused as it stopped killed both its workers as hung and exited 1."""
+    from npu_resolver_server._reload_marks import beat_name
+
+    clock, killed, supervisor = _supervisor_on_a_fake_clock(
+        tmp_path, monkeypatch, drain_delay_seconds=1
+    )
+    beat = tmp_path / beat_name(OTHER)
+    beat.touch()
+    os.utime(beat, ns=(1, 1))
+    supervisor._tick()
+    supervisor._kill_hung()  # its heartbeat seen
+    if stopping:
+        supervisor._begin_stop()  # allowed 1 + 0 + STOP_MARGIN_S seconds
+    clock[0] += 0.05
+    supervisor._tick()
+    clock[0] += 10.0  # paused here, within the turn
+    supervisor._kill_hung()
+    supervisor._kill_overdue()
+    assert killed == []
+    clock[0] += 0.05
+    supervisor._tick()  # the next turn sees the gap
+    supervisor._kill_hung()
+    supervisor._kill_overdue()
+    assert killed == []

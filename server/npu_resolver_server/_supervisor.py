@@ -193,10 +193,17 @@ class Supervisor:
         self._paused = 0.0
         """Time the supervisor did not run, left out of its clock (see _tick)."""
         self._last_turn: float | None = None
+        self._turn_clock = 0.0
+        """The clock as the last turn read it."""
 
     def _clock(self) -> float:
-        """The supervisor's own clock: monotonic time less the time it did not run."""
-        return time.monotonic() - self._paused
+        """The supervisor's own clock: monotonic time less the time it did not run, as the
+        loop's last turn read it. Read once a turn: a pause that falls within a turn (after
+        the reading, before a worker is judged) is then counted by the next turn as a pause;
+        read again when judging, it was taken for the worker's silence or delay."""
+        if self._last_turn is None:  # before the loop's first turn
+            return time.monotonic()
+        return self._turn_clock
 
     def _tick(self) -> None:
         """A turn of the loop. A gap since the last one longer than PAUSE_S is time the
@@ -206,6 +213,7 @@ class Supervisor:
         if self._last_turn is not None and now - self._last_turn > PAUSE_S:
             self._paused += now - self._last_turn
         self._last_turn = now
+        self._turn_clock = now - self._paused
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
