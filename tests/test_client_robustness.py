@@ -49,9 +49,15 @@ class FakeResolver:
     the test's handlers; it records the Resolve requests it was sent."""
 
     def __init__(
-        self, resolve: Handler | None = None, list_products: Handler | None = None
+        self,
+        resolve: Handler | None = None,
+        list_products: Handler | None = None,
+        resolve_batch: Handler | None = None,
     ) -> None:
         self.requests: list[pb.ResolveRequest] = []
+        self.batches: list[list[str]] = []
+        """The products of each ResolveBatch request's items, in the order sent."""
+        self._resolve_batch = resolve_batch
         self.started = threading.Semaphore(0)
         self.release = threading.Event()
         self._resolve = resolve
@@ -62,6 +68,11 @@ class FakeResolver:
                 self._on_resolve,
                 request_deserializer=pb.ResolveRequest.FromString,
                 response_serializer=pb.ResolveResponse.SerializeToString,
+            ),
+            "ResolveBatch": grpc.unary_unary_rpc_method_handler(
+                self._on_resolve_batch,
+                request_deserializer=pb.ResolveBatchRequest.FromString,
+                response_serializer=pb.ResolveBatchResponse.SerializeToString,
             ),
             "ListProducts": grpc.unary_unary_rpc_method_handler(
                 self._on_list_products,
@@ -84,6 +95,13 @@ class FakeResolver:
         self.requests.append(copy)
         assert self._resolve is not None
         return self._resolve(request, context)
+
+    def _on_resolve_batch(
+        self, request: pb.ResolveBatchRequest, context: grpc.ServicerContext
+    ) -> Any:
+        self.batches.append([item.product for item in request.requests])
+        assert self._resolve_batch is not None
+        return self._resolve_batch(request, context)
 
     def _on_list_products(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.started.release()
@@ -1056,3 +1074,109 @@ async def test_describe_catalog_names_a_product_that_is_not_text() -> None:
     async with AsyncResolverClient(NO_SERVER) as aclient:
         with pytest.raises(TypeError, match="product must be a str"):
             await aclient.describe_catalog(5)  # type: ignore[arg-type]
+
+
+BUSY_ITEM = status_pb2.Status(
+    code=grpc.StatusCode.UNAVAILABLE.value[0],
+    message="this server holds 64 requests over 64 KiB already (resolved one at a time); "
+    "retry shortly",
+)
+
+
+def _busy_batch(product: str, times: int, then: grpc.StatusCode | None = None) -> Handler:
+    """ResolveBatch as a busy server answers it: the items for `product` UNAVAILABLE in the
+    first `times` calls (the server held too many large requests), the others resolved; after
+    that, `then` aborts the whole call, else every item is resolved."""
+    calls = [0]
+
+    def handler(request: pb.ResolveBatchRequest, context: grpc.ServicerContext) -> Any:
+        calls[0] += 1
+        if calls[0] > times and then is not None:
+            context.abort(then, "the server failed")
+        results = []
+        for item in request.requests:
+            if item.product == product and calls[0] <= times:
+                results.append(pb.ResolveBatchResult(status=BUSY_ITEM))
+            else:
+                answer = resolution_to_proto(resolve(ResolveRequest(product=item.product)))
+                results.append(pb.ResolveBatchResult(response=answer))
+        return pb.ResolveBatchResponse(results=results)
+
+    return handler
+
+
+THREE = [ResolveRequest("atlas-a2"), ResolveRequest("atlas-a3"), ResolveRequest("atlas-350")]
+
+
+def _batch_through(
+    handler: Handler, timeout: float | None = None
+) -> tuple[list[Resolution | client_module.ResolveFailure], list[list[str]]]:
+    """THREE sent as one batch by the blocking client to a fake server answering with
+    `handler`: the answers, and the products of each batch the server was sent."""
+    with FakeResolver(resolve_batch=handler) as server, ResolverClient(server.target) as client:
+        return client.resolve_batch(THREE, timeout=timeout), server.batches
+
+
+def test_batch_items_the_server_was_too_busy_for_are_sent_again_alone() -> None:
+    """A busy item is UNAVAILABLE inside an OK reply, which gRPC's retry policy never sees:
+    the client sends it again, and only it, as gRPC would a call, and puts its answer in
+    its place."""
+    answers, batches = _batch_through(_busy_batch("atlas-a3", 2))
+    assert [type(a) for a in answers] == [Resolution] * 3
+    assert [a.product for a in answers if isinstance(a, Resolution)] == [
+        "atlas-a2",
+        "atlas-a3",
+        "atlas-350",
+    ]
+    assert batches == [["atlas-a2", "atlas-a3", "atlas-350"], ["atlas-a3"], ["atlas-a3"]]
+
+
+async def test_the_async_client_sends_busy_batch_items_again_alone() -> None:
+    with FakeResolver(resolve_batch=_busy_batch("atlas-a3", 1)) as server:
+        async with AsyncResolverClient(server.target) as client:
+            answers = await client.resolve_batch(THREE)
+    assert [type(a) for a in answers] == [Resolution] * 3
+    assert server.batches == [["atlas-a2", "atlas-a3", "atlas-350"], ["atlas-a3"]]
+
+
+def test_an_item_busy_at_every_attempt_is_its_busy_failure_at_its_place() -> None:
+    """Five attempts in all, as for a call; then the item's last answer, naming its place in
+    the batch the caller sent (not in the batch of one it was last sent in)."""
+    answers, batches = _batch_through(_busy_batch("atlas-a3", 99))
+    assert len(batches) == client_module.MAX_ATTEMPTS
+    failure = answers[1]
+    assert isinstance(failure, client_module.ResolveFailure)
+    assert (failure.index, failure.code) == (1, grpc.StatusCode.UNAVAILABLE)
+    assert "retry shortly" in failure.message
+    assert isinstance(answers[0], Resolution) and isinstance(answers[2], Resolution)
+
+
+def test_busy_items_are_sent_again_only_within_the_calls_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resends share the call's deadline. Each pause at its longest (0.1, 0.2, 0.4 then
+    0.8 s: 1.5 s for the four resends), a call of 0.6 s sends the item again twice and returns
+    the busy answer before its deadline, not a DEADLINE_EXCEEDED for a batch that was
+    answered, nor after sleeping past it."""
+    monkeypatch.setattr("npu_resolver_client._client.random.uniform", lambda low, high: high)
+    began = time.monotonic()
+    answers, batches = _batch_through(_busy_batch("atlas-a3", 99), timeout=0.6)
+    took = time.monotonic() - began
+    assert isinstance(answers[1], client_module.ResolveFailure)
+    assert answers[1].code is grpc.StatusCode.UNAVAILABLE
+    assert 2 <= len(batches) <= 3, batches
+    assert took < 1.0, took
+
+
+@pytest.mark.parametrize(
+    "then", [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE], ids=["internal", "down"]
+)
+def test_a_resend_that_fails_leaves_the_answers_the_batch_had(then: grpc.StatusCode) -> None:
+    """The batch was answered: a resend of its busy items that fails (the server gone, an
+    error) is no error of the call; those items keep their busy answers."""
+    answers, batches = _batch_through(_busy_batch("atlas-a3", 1, then))
+    assert isinstance(answers[0], Resolution) and isinstance(answers[2], Resolution)
+    failure = answers[1]
+    assert isinstance(failure, client_module.ResolveFailure)
+    assert failure.code is grpc.StatusCode.UNAVAILABLE
+    assert batches[1] == ["atlas-a3"]

@@ -4,7 +4,9 @@ Every call has a deadline (10 s unless given; `timeout` in seconds, on the clien
 `math.inf` for none, a positive number otherwise: 0, a negative or NaN is a ValueError, and a
 deadline beyond MAX_TIMEOUT, about three years, is that long). UNAVAILABLE is retried by gRPC
 itself through the channel's service config (retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s
-backoff, so about 1.5 s in all). `wait_for_ready=True` waits instead for a server that is
+backoff, so about 1.5 s in all); a batch's items answered UNAVAILABLE inside its OK reply (a
+server too busy for them) are sent again by the client, with the same attempts and backoff
+within the call's deadline. `wait_for_ready=True` waits instead for a server that is
 (re)starting, up to the deadline: it bridges the restart of a single replica, and makes a call
 to a server that is down take the whole deadline before ResolverUnavailable. The channel
 balances round_robin over every address the target resolves to, so
@@ -23,9 +25,10 @@ import contextlib
 import json
 import math
 import numbers
+import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -86,11 +89,15 @@ DEFAULT_MAX_METADATA_BYTES: Final = 4 * 1024 * 1024
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"
 SERVICE: Final = "npu.resolver.v1.Resolver"
 
+MAX_ATTEMPTS: Final = 5
+INITIAL_BACKOFF_S: Final = 0.1
+MAX_BACKOFF_S: Final = 1.0
+BACKOFF_MULTIPLIER: Final = 2
 RETRY_POLICY: Final[dict[str, JSON]] = {
-    "maxAttempts": 5,
-    "initialBackoff": "0.1s",
-    "maxBackoff": "1s",
-    "backoffMultiplier": 2,
+    "maxAttempts": MAX_ATTEMPTS,
+    "initialBackoff": f"{INITIAL_BACKOFF_S:g}s",
+    "maxBackoff": f"{MAX_BACKOFF_S:g}s",
+    "backoffMultiplier": BACKOFF_MULTIPLIER,
     # Every method is a pure read (ReloadPolicy is idempotent), so a call the server
     # cancelled while draining (still queued when SIGTERM came) is safe to send again.
     "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
@@ -439,6 +446,52 @@ def _batch_results(
     return out
 
 
+@dataclass(slots=True)
+class _BusyItems:
+    """A batch's answers, and its items the server was too busy for sent again. Such an item
+    is answered UNAVAILABLE inside an OK reply, which gRPC's retry policy never sees: the
+    client sends those items again, alone, as the policy would a call (MAX_ATTEMPTS in all, a
+    random pause up to a backoff growing from INITIAL_BACKOFF_S to MAX_BACKOFF_S), within the
+    call's deadline. A resend that fails leaves the items' last answers as they were."""
+
+    asked: list[ResolveRequest]
+    sent: pb.ResolveBatchRequest
+    results: list[Resolution | ResolveFailure]
+    deadline: float | None
+    started: float
+    attempts: int = 1
+    busy: list[int] = field(default_factory=list)
+
+    def again(self) -> tuple[pb.ResolveBatchRequest, float, float] | None:
+        """The batch of the busy items, the pause before sending it and the time it has; None
+        when no item is busy, the attempts are spent, or the deadline would pass first."""
+        self.busy = [
+            index
+            for index, result in enumerate(self.results)
+            if type(result) is ResolveFailure and result.code is grpc.StatusCode.UNAVAILABLE
+        ]
+        if not self.busy or self.attempts >= MAX_ATTEMPTS:
+            return None
+        backoff = min(INITIAL_BACKOFF_S * BACKOFF_MULTIPLIER ** (self.attempts - 1), MAX_BACKOFF_S)
+        pause = random.uniform(0, backoff)
+        self.attempts += 1
+        left = math.inf
+        if self.deadline is not None:
+            left = self.deadline - (time.monotonic() - self.started) - pause
+            if left <= 0:
+                return None
+        batch = pb.ResolveBatchRequest(requests=[self.sent.requests[i] for i in self.busy])
+        return batch, pause, left
+
+    def answered(self, response: pb.ResolveBatchResponse) -> None:
+        """The busy items' new answers, each at its place in the whole batch."""
+        again = _batch_results(response, [self.asked[i] for i in self.busy])
+        for index, result in zip(self.busy, again, strict=True):
+            self.results[index] = (
+                replace(result, index=index) if type(result) is ResolveFailure else result
+            )
+
+
 def _resolve_error(
     error: ResolveError, request: ResolveRequest, report: pb.ResolveResponse | None = None
 ) -> ResolveError:
@@ -757,7 +810,18 @@ class ResolverClient:
         self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
         asked = list(requests)
-        return _batch_results(self._call("ResolveBatch", _batch(asked), timeout), asked)
+        deadline, started = self._settings.deadline(timeout), time.monotonic()
+        sent = _batch(asked)
+        first = _batch_results(self._call("ResolveBatch", sent, timeout), asked)
+        items = _BusyItems(asked, sent, first, deadline, started)
+        while (again := items.again()) is not None:
+            batch, pause, left = again
+            time.sleep(pause)
+            try:
+                items.answered(self._call("ResolveBatch", batch, left))
+            except ResolverClientError:
+                break
+        return items.results
 
     def diff(
         self,
@@ -981,7 +1045,18 @@ class AsyncResolverClient:
         self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
         asked = list(requests)
-        return _batch_results(await self._call("ResolveBatch", _batch(asked), timeout), asked)
+        deadline, started = self._settings.deadline(timeout), time.monotonic()
+        sent = _batch(asked)
+        first = _batch_results(await self._call("ResolveBatch", sent, timeout), asked)
+        items = _BusyItems(asked, sent, first, deadline, started)
+        while (again := items.again()) is not None:
+            batch, pause, left = again
+            await asyncio.sleep(pause)
+            try:
+                items.answered(await self._call("ResolveBatch", batch, left))
+            except ResolverClientError:
+                break
+        return items.results
 
     async def diff(
         self,
