@@ -1533,7 +1533,7 @@ def test_a_batch_whose_reply_would_not_fit_keeps_the_answers_that_fit() -> None:
             assert isinstance(left, ResolveFailure)
             assert left.code is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert left.message == (
-                "not answered: the batch's reply reached its 65536 byte message limit at item "
+                "not answered: the batch's reply reached its 65,536 byte message limit at item "
                 f"{first} of 200 (counting from 0); send the items from {first} on in another call"
             )
         for result, request_ in zip(answered, requests, strict=False):
@@ -1585,7 +1585,7 @@ def test_a_batch_item_whose_plain_answer_passes_the_limit_is_told_no_call_carrie
         with pytest.raises(ResolverCallError) as info:
             client.resolve_request(long)
         assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "8192 byte message limit" in info.value.details
+        assert "8,192 byte message limit" in info.value.details
         assert "--max-message-bytes raised" in info.value.details
 
 
@@ -1741,7 +1741,7 @@ def test_calls_refused_for_the_token_or_the_reply_size_are_counted() -> None:
                 with pytest.raises(ResolverCallError) as info:
                     client.describe_catalog()  # about 50 kB: over the 2 kB limit
                 assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert "2048 byte message limit" in info.value.details
+                assert "2,048 byte message limit" in info.value.details
                 # The advice fits the call: a catalog holds no value of the caller's.
                 assert "describe one product a call" in info.value.details
                 assert "shorten the long values" not in info.value.details

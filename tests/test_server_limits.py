@@ -470,7 +470,7 @@ def test_a_request_with_more_top_level_entries_than_read_is_refused_unread(
     code, error = _call(grpc_target, RESOLVE, request.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert _violations(error) == [(where, "TOO_MANY_ENTRIES")]
-    assert f"more than {MAX_MAP_ENTRIES} {where} entries" in error.details()
+    assert f"more than {MAX_MAP_ENTRIES:,} {where} entries" in error.details()
     status = status_pb2.Status.FromString(
         dict(error.trailing_metadata())["grpc-status-details-bin"]
     )
@@ -495,7 +495,7 @@ def test_validate_only_with_a_map_too_large_to_read_is_a_report_not_a_refusal(
     assert not answer.ok and answer.product == "atlas-a2" and answer.catalog_version == "900"
     (diagnostic,) = answer.diagnostics
     assert (diagnostic.option, diagnostic.code) == (where, "INVALID_VALUE")
-    assert f"more than {MAX_MAP_ENTRIES} {where} entries" in diagnostic.message
+    assert f"more than {MAX_MAP_ENTRIES:,} {where} entries" in diagnostic.message
 
 
 def test_a_large_request_within_the_entry_bound_is_answered(
@@ -533,7 +533,7 @@ def test_a_request_of_256_kib_is_decoded_as_sent_and_one_byte_more_is_looked_at_
             continue
         (diagnostic,) = answer.diagnostics
         assert (diagnostic.option, diagnostic.code) == ("env", "INVALID_VALUE")
-        assert "more than 8192 env entries" in diagnostic.message
+        assert "more than 8,192 env entries" in diagnostic.message
 
 
 def test_a_large_request_of_more_than_65536_fields_is_refused_unread(
@@ -551,7 +551,7 @@ def test_a_large_request_of_more_than_65536_fields_is_refused_unread(
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert _violations(error) == [("request", "TOO_MANY_ENTRIES")]
     assert error.details() == (
-        "the request has more than 65536 fields; send the job's own variables and only the "
+        "the request has more than 65,536 fields; send the job's own variables and only the "
         "attachments its options name"
     )
 

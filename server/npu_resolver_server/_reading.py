@@ -127,9 +127,9 @@ def parse_with_config(kind: type[M], raw: bytes, max_keys: int) -> tuple[M, Left
         )
     if large is not None:
         what = (
-            f"more than {MAX_TOP_LEVEL_FIELDS} fields"
+            f"more than {MAX_TOP_LEVEL_FIELDS:,} fields"
             if large == "request"
-            else f"more than {MAX_MAP_ENTRIES} {large} entries"
+            else f"more than {MAX_MAP_ENTRIES:,} {large} entries"
         )
         raise RefusedError(
             f"the request has {what}; send the job's own variables and only the attachments "

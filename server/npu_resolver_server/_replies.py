@@ -214,7 +214,7 @@ def left_out_answer(first: int, count: int, limit: int) -> Answer:
     return Answer(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         message=(
-            f"not answered: the batch's reply reached its {limit} byte message limit at item "
+            f"not answered: the batch's reply reached its {limit:,} byte message limit at item "
             f"{first} of {count} (counting from 0); {again}"
         ),
         ok=False,
@@ -235,8 +235,8 @@ def alone_too_large(answer: Answer, size: int, limit: int) -> Answer:
     return Answer(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         message=(
-            f"not answered: this item's answer alone takes {size} bytes, over the batch reply's "
-            f"{limit} byte message limit; {instead}"
+            f"not answered: this item's answer alone takes {size:,} bytes, over the batch reply's "
+            f"{limit:,} byte message limit; {instead}"
         ),
         ok=False,
     )

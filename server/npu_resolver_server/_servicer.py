@@ -274,8 +274,8 @@ class ResolverService:
                 answer = Answer(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     message=(
-                        f"the reply ({len(answer.payload)} bytes) exceeds the "
-                        f"{self.limits.max_reply_bytes} byte message limit; "
+                        f"the reply ({len(answer.payload):,} bytes) exceeds the "
+                        f"{self.limits.max_reply_bytes:,} byte message limit; "
                         f"{_SMALLER_REPLY.get(method, '')}have the server's "
                         "--max-message-bytes raised"
                     ),
