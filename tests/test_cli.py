@@ -627,15 +627,15 @@ def test_configs_and_attachments_without_a_size_are_read_only_up_to_the_limit(
     large says so, as a big regular file does."""
     proc = run("resolve", "--product", "atlas-a2", "--config", "/dev/zero")
     assert proc.returncode == 2
-    assert "config /dev/zero is larger than 4194304 bytes" in proc.stderr
+    assert "config /dev/zero is larger than 4,194,304 bytes" in proc.stderr
     assert "Traceback" not in proc.stderr
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (4 * 1024 * 1024 + 1))
     proc = run("resolve", "--product", "atlas-a2", "--config", str(big))
-    assert proc.returncode == 2 and "is larger than 4194304 bytes" in proc.stderr
+    assert proc.returncode == 2 and "is larger than 4,194,304 bytes" in proc.stderr
     proc = run("resolve", "--product", "atlas-a2", "--config", "-", stdin='"' + "a" * 5_000_000)
     assert proc.returncode == 2
-    assert "config from standard input is larger than 4194304 bytes" in proc.stderr
+    assert "config from standard input is larger than 4,194,304 bytes" in proc.stderr
     assert "Unterminated" not in proc.stderr
     proc = run(
         "resolve", "--product", "atlas-a2", "--set", "op_debug_config=/x",

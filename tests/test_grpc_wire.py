@@ -286,7 +286,7 @@ def test_struct_limits() -> None:
         ResolveRequest(product="atlas-a2", config={"x": {str(i): i for i in range(2000)}}),
         as_struct=True,
     )
-    with pytest.raises(LimitError, match="more than 1000 keys"):
+    with pytest.raises(LimitError, match="more than 1,000 keys"):
         checked_struct_to_py(wide.config, "config", max_depth=32, max_keys=1000)
     # NaN is left for the resolver, which refuses it on its option (as in process).
     nan = pb.ResolveRequest()

@@ -133,7 +133,7 @@ def test_huge_config_is_one_clear_error() -> None:
     config = {f"k{i}": i for i in range(100_000)}
     result = resolve(ResolveRequest(product="atlas-a2", config=config))
     assert [d.code for d in result.diagnostics] == ["INVALID_VALUE"]
-    assert "more than 10000 keys" in result.diagnostics[0].message
+    assert "more than 10,000 keys" in result.diagnostics[0].message
     assert result.diagnostics[0].option == "config"
 
 

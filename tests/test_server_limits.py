@@ -50,7 +50,7 @@ def test_a_batch_over_the_item_limit_is_refused_naming_the_limit(
     batch = pb.ResolveBatchRequest(requests=[item] * (MAX_BATCH_ITEMS + 1))
     code, error = _call(grpc_target, BATCH, batch.SerializeToString())
     assert code is grpc.StatusCode.INVALID_ARGUMENT
-    assert f"at most {MAX_BATCH_ITEMS} requests" in error.details()
+    assert f"at most {MAX_BATCH_ITEMS:,} requests" in error.details()
     batch = pb.ResolveBatchRequest(requests=[item] * MAX_BATCH_ITEMS)
     code, reply = _call(grpc_target, BATCH, batch.SerializeToString())
     assert code is grpc.StatusCode.OK
@@ -676,7 +676,7 @@ def test_a_struct_config_wide_below_its_top_level_is_the_in_process_report_unrea
     assert [(d.option, d.message) for d in answer.diagnostics] == [
         (d.option, d.message) for d in local.diagnostics
     ]
-    assert "more than 10000 keys and items in all" in answer.diagnostics[0].message
+    assert "more than 10,000 keys and items in all" in answer.diagnostics[0].message
 
 
 def test_a_large_struct_config_within_the_bound_is_read_r_mem_1(grpc_target: str) -> None:  # noqa: F811
@@ -785,7 +785,7 @@ def test_a_small_batch_of_many_empty_items_is_refused_unwalked(
     code, error = _call(grpc_target, BATCH, raw)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert error.details() == (
-        "a batch takes at most 1000 requests, this one has more; split it into several calls"
+        "a batch takes at most 1,000 requests, this one has more; split it into several calls"
     )
 
 

@@ -45,6 +45,8 @@ from npu_resolver.text import (
     not_json,
     printable,
     read_request,
+    too_deep,
+    too_wide,
 )
 
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
@@ -116,13 +118,13 @@ def _checked_value(value: struct_pb2.Value, where: str, depth: int, budget: _Bud
     if kind is None or kind == "null_value":
         return None
     if depth >= budget.max_depth:
-        raise LimitError(config_refusal(f"nested deeper than {budget.max_depth} levels"))
+        raise LimitError(config_refusal(too_deep(budget.max_depth)))
     if kind == "struct_value":
         return _checked_struct(value.struct_value, where, depth + 1, budget)
     items = value.list_value.values
     budget.keys += len(items)
     if budget.keys > budget.max_keys:
-        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
+        raise LimitError(config_refusal(too_wide(budget.max_keys)))
     return [_checked_value(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(items)]
 
 
@@ -132,7 +134,7 @@ def _checked_struct(
     fields = struct.fields
     budget.keys += len(fields)
     if budget.keys > budget.max_keys:
-        raise LimitError(config_refusal(f"more than {budget.max_keys} keys and items in all"))
+        raise LimitError(config_refusal(too_wide(budget.max_keys)))
     return {
         key: _checked_value(v, f"{where}.{key[:64]}", depth, budget) for key, v in fields.items()
     }
@@ -300,7 +302,7 @@ def config_from_wire(
     try:
         data = loads_json(text)
     except RecursionError:
-        raise LimitError(config_refusal(f"nested deeper than {max_depth} levels")) from None
+        raise LimitError(config_refusal(too_deep(max_depth))) from None
     except DuplicateKeyError as exc:
         raise LimitError(f"{where}_json: {exc}; write each key once") from None
     except NumberTooLongError as exc:

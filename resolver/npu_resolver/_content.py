@@ -313,7 +313,7 @@ def _parse(state: State, option: str, text: str) -> Any | None:
     parsed, problem = _read(option, text)
     rule = FORMAT_RULES[option]
     if parsed is None:
-        reason = problem.message if problem else f"it is over {MAX_ATTACHMENT_BYTES} bytes"
+        reason = problem.message if problem else f"it is over {MAX_ATTACHMENT_BYTES:,} bytes"
         state.refuse(option, Code.INVALID_VALUE, rule, f"{option} attachment refused: {reason}")
         return None
     errors = [i for i in parsed.issues if not i.normalized]

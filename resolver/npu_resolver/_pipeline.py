@@ -142,7 +142,7 @@ def _read_config(
             Code.INVALID_VALUE,
             "config",
             "",
-            f"the config has {len(request.config)} keys; the catalog has {len(catalog)} options "
+            f"the config has {len(request.config):,} keys; the catalog has {len(catalog)} options "
             f"and at most {MAX_CONFIG_KEYS} keys are read. Send only NPURunConfig options.",
         )
         return explicit

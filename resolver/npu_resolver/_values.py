@@ -214,6 +214,17 @@ def config_refusal(shape: str) -> str:
     return f"config: {shape}; send only NPURunConfig options, with objects of a reasonable size."
 
 
+def too_wide(max_items: int) -> str:
+    """Why a config of more than `max_items` keys and items is refused, in every reader's
+    words (the core, the client's and the server's walks over a Struct)."""
+    return f"more than {max_items:,} keys and items in all"
+
+
+def too_deep(max_depth: int) -> str:
+    """Why a config nested deeper than `max_depth` levels is refused (see too_wide)."""
+    return f"nested deeper than {max_depth} levels"
+
+
 def config_shape(
     config: Mapping[str, JSON],
     *,
@@ -226,7 +237,7 @@ def config_shape(
     pass over its values."""
     items = len(config)
     if items > max_items:
-        return f"more than {max_items} keys and items in all"
+        return too_wide(max_items)
     if FLAT_TYPES.issuperset(map(type, config.values())):
         return None  # no value holds others: one pass in C
     level = [
@@ -237,7 +248,7 @@ def config_shape(
     depth = 2
     while level:
         if depth > max_depth:
-            return f"nested deeper than {max_depth} levels"
+            return too_deep(max_depth)
         following: list[JSON] = []
         for item in level:
             # By the storage of a dict or list, never by a subclass's own methods (a value
@@ -249,7 +260,7 @@ def config_shape(
                 items += list.__len__(item)
                 following.extend(list.__iter__(item))
         if items > max_items:
-            return f"more than {max_items} keys and items in all"
+            return too_wide(max_items)
         level = [
             c
             for c in following

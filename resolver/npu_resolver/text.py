@@ -22,7 +22,16 @@ from ._model import (
     read_request,
 )
 from ._pipeline import detached
-from ._values import CUT_DEPTH, config_refusal, config_shape, cut_deep, key_text, not_json
+from ._values import (
+    CUT_DEPTH,
+    config_refusal,
+    config_shape,
+    cut_deep,
+    key_text,
+    not_json,
+    too_deep,
+    too_wide,
+)
 
 __all__ = [
     "CUT_DEPTH",
@@ -40,4 +49,6 @@ __all__ = [
     "plain_text",
     "printable",
     "read_request",
+    "too_deep",
+    "too_wide",
 ]

@@ -21,7 +21,7 @@ import grpc
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest
-from npu_resolver.text import config_refusal
+from npu_resolver.text import config_refusal, too_deep, too_wide
 from npu_resolver_client.wire import (
     LimitError,
     catalog_to_proto,
@@ -413,9 +413,9 @@ class ResolverService:
         by default), the answer is the one in process; a depth limit raised past the decoder's
         reach is said as the decoder's."""
         if why == "wide":
-            shape = f"more than {self.limits.max_keys} keys and items in all"
+            shape = too_wide(self.limits.max_keys)
             return RefusedError(config_refusal(shape), "config", "REQUEST_LIMIT")
-        shape = f"nested deeper than {self.limits.max_depth} levels"
+        shape = too_deep(self.limits.max_depth)
         if self.limits.max_depth >= DECODER_DEPTH:
             shape = (
                 f"nested deeper than a Struct can be read (about {DECODER_DEPTH} levels); "
@@ -435,7 +435,7 @@ class ResolverService:
             raise unreadable(pb.ResolveBatchRequest)
         if counts is not None and counts.get(1, 0) > MAX_BATCH_ITEMS:
             raise RefusedError(
-                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has more; split "
+                f"a batch takes at most {MAX_BATCH_ITEMS:,} requests, this one has more; split "
                 "it into several calls",
                 "requests",
                 "TOO_MANY_REQUESTS",
@@ -466,7 +466,7 @@ class ResolverService:
             items = [None] * len(item_bytes)
         if len(items) > MAX_BATCH_ITEMS:  # each item holds the event loop: refuse, fast
             raise RefusedError(
-                f"a batch takes at most {MAX_BATCH_ITEMS} requests, this one has {len(items)}; "
+                f"a batch takes at most {MAX_BATCH_ITEMS:,} requests, this one has {len(items):,}; "
                 "split it into several calls",
                 "requests",
                 "TOO_MANY_REQUESTS",
@@ -519,7 +519,7 @@ class ResolverService:
                     return Answer(  # not even that fits (a tiny --max-message-bytes)
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         message=(
-                            f"the reply to this batch would exceed the {limit} byte message "
+                            f"the reply to this batch would exceed the {limit:,} byte message "
                             f"limit after {index} of {len(items)} items; send smaller batches"
                         ),
                         ok=False,

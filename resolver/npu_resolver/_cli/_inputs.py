@@ -165,7 +165,7 @@ def read_limited(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     know, never all of it."""
     data = _read_at_most(path, what, limit + 1)
     if len(data) > limit:
-        raise UsageError(f"{what} {_named(path)} is larger than {limit} bytes")
+        raise UsageError(f"{what} {_named(path)} is larger than {limit:,} bytes")
     return data
 
 
