@@ -1437,7 +1437,7 @@ class _NoDeadline:
 
 def _reload_left_by_its_caller(
     error: str,
-    after_reload: Callable[[float | None, bool], Awaitable[None]],
+    after_reload: Callable[[float | None, Callable[[], bool]], Awaitable[None]],
     failures: object = None,
 ) -> Any:
     """A ReloadPolicy call cancelled while the (fake) file loads, then the load let finish and
@@ -1490,8 +1490,8 @@ def test_a_reload_whose_caller_leaves_still_reaches_the_other_workers_and_is_cou
             failed.append(1)
             return 1
 
-    async def after_reload(remaining: float | None, answering: bool) -> None:
-        assert not answering  # its caller left: the others are asked, nothing is waited for
+    async def after_reload(remaining: float | None, answering: Callable[[], bool]) -> None:
+        assert not answering()  # its caller left: the others are asked, nothing is waited for
         asked.append(remaining)
 
     _reload_left_by_its_caller(error, after_reload, Failures())
@@ -1503,7 +1503,7 @@ def test_an_error_in_a_reload_whose_caller_left_is_logged_as_an_internal_error()
     retrieved") when the task was collected; it is the JSON `internal` line of any other."""
     from tests.test_call_log import _configured
 
-    async def after_reload(remaining: float | None, answering: bool) -> None:
+    async def after_reload(remaining: float | None, answering: Callable[[], bool]) -> None:
         raise OSError("the supervisor could not be signalled")
 
     with _configured() as log:

@@ -159,7 +159,7 @@ def test_the_reload_is_asked_of_the_supervisor_only_while_it_is_this_workers_par
     parent = os.getppid()
 
     async def ask(supervisor: int) -> None:
-        await _reload_every_worker(None, lambda: None, supervisor)(None, True)
+        await _reload_every_worker(None, lambda: None, supervisor)(None, lambda: True)
 
     for supervisor in (parent, parent + 100_000):
         asyncio.run(ask(supervisor))

@@ -325,26 +325,34 @@ def _reload_every_worker(
     return once each has read the file too, so that the caller's next request meets the new
     policy whichever worker takes it. The wait is bounded, and ends before the call's deadline
     (`remaining_s`) and before a drain ends, so that a worker that never catches up delays the
-    reply but never fails it."""
+    reply but never fails it: a stop that comes during the wait shortens it."""
 
-    async def reload_the_others(remaining_s: float | None, answering: bool) -> None:
+    async def reload_the_others(remaining_s: float | None, answering: Callable[[], bool]) -> None:
         """`answering`: a reply is still due (its caller has not left): else the others are
-        asked to read the file, and nothing is waited for or said of them."""
+        asked to read the file, and nothing is waited for or said of them. A caller that
+        leaves during the wait ends it, and nothing is said."""
         since = now_ns()
         parent = os.getppid()
         if supervisor is not None and parent != supervisor:
             return  # the supervisor is gone (this worker stops within a second): not its heir
         with contextlib.suppress(OSError):
             os.kill(parent, signal.SIGHUP)
-        if marks is None or not answering:
+        if marks is None or not answering():
             return
         wait_s = WAIT_S
         for left in (remaining_s, stopping()):
             if left is not None:
                 wait_s = max(0.0, min(wait_s, left - DEADLINE_MARGIN_S))
+
+        def wanted() -> bool:
+            """The caller still waits, and the drain (of a stop that came since) not about
+            to end: its end would cancel the call, whose reply would be lost."""
+            left = stopping()
+            return answering() and (left is None or left > DEADLINE_MARGIN_S)
+
         started = time.monotonic()
-        late = await marks.behind(since, wait_s)
-        if late:
+        late = await marks.behind(since, wait_s, wanted)
+        if late and answering():
             log.warning(
                 "ReloadPolicy answered before every worker re-read the policy file",
                 extra={
@@ -361,6 +369,9 @@ def _reload_every_worker(
 
 SUPERVISOR_POLL_S: Final = 1.0
 HEARTBEAT_S: Final = 1.0
+LATE_BEAT_S: Final = 1.0
+"""A heartbeat turn this much later than due: the event loop did not run meanwhile (the whole
+worker paused, or the loop held), and that time is no large request's running time."""
 SAME_STOP_S: Final = 1.0
 """Under a supervisor, a stop signal this soon after the first is the same stop delivered
 twice: a signal to the process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill)
@@ -495,7 +506,7 @@ async def serve(
         # Past half the limit: with the supervisor's own wait for that much silence, the
         # worker is restarted about one and a half limits after such a request began.
         large, limit = built.service.large, settings.hung_worker_seconds / 2
-        beat = loop.create_task(_heartbeat(marks, lambda: large.running_for() > limit))
+        beat = loop.create_task(_heartbeat(marks, lambda: large.running_for() > limit, large.skip))
     await stop.wait()
     if watch is not None:
         watch.cancel()
@@ -516,13 +527,22 @@ async def serve(
     return 0
 
 
-async def _heartbeat(marks: ReloadMarks, stuck: Callable[[], bool]) -> None:
+async def _heartbeat(
+    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float], None]
+) -> None:
     """Under --workers: a heartbeat each second from the event loop, until cancelled once the
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
     a loop that never yields) from a busy one. A large request that has run too long
-    (`stuck`) is a hang too: the requests waiting behind it would never be answered."""
+    (`stuck`) is a hang too: the requests waiting behind it would never be answered. A turn
+    over LATE_BEAT_S late gives `skipped` the time the loop did not run, which the supervisor
+    too leaves out of its clock when the whole server was paused."""
     said = False
+    last = time.monotonic()
     while True:
+        now = time.monotonic()
+        if now - last > HEARTBEAT_S + LATE_BEAT_S:
+            skipped(now - last - HEARTBEAT_S)
+        last = now
         if not stuck():
             marks.beat()
             said = False

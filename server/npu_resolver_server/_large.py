@@ -63,58 +63,70 @@ class LargeRequests:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._held = 0
-        self._began: float | None = None
+        """Requests queued or running, counted on the event loop: each from the moment it is
+        queued until the thread is done with it, so that one whose caller left while it
+        waited (its bytes still queued) or while it ran still counts."""
+        self._began: tuple[float, float] | None = None
+        """When the running request began, and `_skipped` then."""
+        self._skipped = 0.0
+        """Seconds the event loop did not run (see skip), since the server began."""
 
     @property
     def full(self) -> bool:
         return self._held >= MAX_HELD
 
     def running_for(self) -> float:
-        """Seconds the request on the thread has run (0 with none)."""
+        """Seconds the request on the thread has run (0 with none), less the time the event
+        loop did not run meanwhile: a whole worker paused (Ctrl-Z, a paused container) is no
+        request's running time."""
         began = self._began
-        return 0.0 if began is None else time.monotonic() - began
+        if began is None:
+            return 0.0
+        start, skipped = began
+        return time.monotonic() - start - (self._skipped - skipped)
+
+    def skip(self, seconds: float) -> None:
+        """The event loop did not run for `seconds` (found by the heartbeat's turns)."""
+        self._skipped += seconds
 
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """`fn` on the thread, in its turn; a caller that leaves before it begins drops it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
+        if self._thread is None:  # started by the first large request, in the worker
+            # A daemon: a request stuck there does not hold the process's exit once the
+            # server has stopped (the interpreter joins other threads).
+            self._thread = threading.Thread(target=self._work, name="large-requests", daemon=True)
+            self._thread.start()
         self._held += 1
-        try:
-            if self._thread is None:  # started by the first large request, in the worker
-                # A daemon: a request stuck there does not hold the process's exit once the
-                # server has stopped (the interpreter joins other threads).
-                self._thread = threading.Thread(
-                    target=self._work, name="large-requests", daemon=True
-                )
-                self._thread.start()
-            self._jobs.put((loop, future, functools.partial(fn, *args, **kwargs)))
-            return await future
-        finally:
-            self._held -= 1
+        self._jobs.put((loop, future, functools.partial(fn, *args, **kwargs)))
+        return await future
+
+    def _done(self, future: asyncio.Future[Any], settle: Callable[[Any], None], value: Any) -> None:
+        """On the event loop, once the thread is done with a request: its count given back,
+        and its answer given to its caller if that one still waits."""
+        self._held -= 1
+        if not future.cancelled():
+            settle(value)
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             loop, future, call = job
-            if future.cancelled():  # its caller left before its turn
-                continue
-            self._began = time.monotonic()
-            try:
-                with _FASTER:
-                    outcome: tuple[Callable[[Any], None], Any] = (future.set_result, call())
-            except Exception as exc:
-                outcome = (future.set_exception, exc)
-            finally:
-                self._began = None
+            outcome: tuple[Callable[[Any], None], Any] = (future.set_result, None)
+            if not future.cancelled():  # else its caller left before its turn
+                self._began = (time.monotonic(), self._skipped)
+                try:
+                    with _FASTER:
+                        outcome = (future.set_result, call())
+                except Exception as exc:
+                    outcome = (future.set_exception, exc)
+                finally:
+                    self._began = None
             del job, call  # the request's bytes, held no longer than its turn
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, future, *outcome)
+                loop.call_soon_threadsafe(self._done, future, *outcome)
 
     def close(self) -> None:
         """After the server stopped: the thread ends after the request it runs; those not yet
         begun are dropped (their callers are gone)."""
         self._jobs.put(None)
-
-
-def _settle(future: asyncio.Future[Any], settle: Callable[[Any], None], value: Any) -> None:
-    if not future.cancelled():
-        settle(value)

@@ -78,13 +78,19 @@ class ReloadMarks:
                 marks[pid] = mark
         return marks
 
-    async def behind(self, since_ns: int, timeout_s: float = WAIT_S) -> list[int]:
+    async def behind(
+        self,
+        since_ns: int,
+        timeout_s: float = WAIT_S,
+        wanted: Callable[[], bool] = lambda: True,
+    ) -> list[int]:
         """Wait until every other live worker has finished a reload begun at `since_ns` or
-        later; the pids of those still behind when `timeout_s` runs out (none: all caught up)."""
+        later; the pids of those still behind when `timeout_s` runs out, or once the wait is
+        no longer `wanted` (none: all caught up)."""
         deadline = time.monotonic() + timeout_s
         while True:
             late = sorted(pid for pid, mark in self.others().items() if mark < since_ns)
-            if not late or time.monotonic() >= deadline:
+            if not late or time.monotonic() >= deadline or not wanted():
                 return late
             await asyncio.sleep(POLL_S)
 

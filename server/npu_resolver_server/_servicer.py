@@ -74,7 +74,7 @@ _CODE_NAMES: Final = {code: code.name for code in grpc.StatusCode}
 log = logging.getLogger("npu_resolver_server.service")
 
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
-AfterReload = Callable[[float | None, bool], Awaitable[None]]
+AfterReload = Callable[[float | None, Callable[[], bool]], Awaitable[None]]
 """What follows a ReloadPolicy call's good load: (seconds before its deadline, whether its
 caller still waits for the reply)."""
 Method = Callable[[bytes, grpc.aio.ServicerContext], "Answer | Awaitable[Answer]"]
@@ -199,7 +199,8 @@ class ResolverService:
     ) -> None:
         """`after_reload`: awaited after a ReloadPolicy call read the file, with the seconds
         left before the call's deadline (to reach the other workers of a --workers server
-        before the reply); `failures`: the failed reloads this worker counts for the server,
+        before the reply) and whether a reply is still due (its caller may leave meanwhile);
+        `failures`: the failed reloads this worker counts for the server,
         and their total under --workers, which GetPolicy says (else this worker's own)."""
         self.store = store
         self.failures = failures
@@ -674,7 +675,7 @@ class ResolverService:
         outcome = await self.store.reload_async()
         if self.after_reload is not None and not outcome.error:
             # The reply is due by the deadline; a caller gone needs none, nor any wait.
-            await self.after_reload(context.time_remaining(), not caller.left)
+            await self.after_reload(context.time_remaining(), lambda: not caller.left)
         if outcome.error and self.failures is not None:
             added = self.failures.call_failed()
             if self.metrics is not None:

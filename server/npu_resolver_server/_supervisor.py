@@ -285,6 +285,11 @@ class Supervisor:
         # forked is then its default action in the child, and forwarded by the parent.
         signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
         try:
+            # A stop taken before the signals were blocked (its handler runs as the call
+            # blocking them returns, at the latest) went to the workers there were: none is
+            # started after it, as it would never be told to stop.
+            if self.stopping:
+                return
             pid = os.fork()
             if pid == 0:
                 _child(self.settings, worker, parent, self.marks, self._own_sockets)
@@ -393,6 +398,9 @@ class Supervisor:
         # An ignored SIGCHLD survives exec: under a launcher that ignores it the kernel would
         # reap dead workers unseen, none would be restarted, and the exit status would hide it.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # The clock's first reading, before the workers are started: a pause between their
+        # start and the loop's first turn is then a gap that turn sees, not their start time.
+        self._tick()
         for worker in range(self.settings.workers):
             if self.stopping:  # stopped before every worker started: start no more
                 break
