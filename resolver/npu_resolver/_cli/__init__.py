@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from .._catalog import CATALOG
 from .._model import Resolution, Severity
+from .._options import MENTIONED_ONLY
 from ._inputs import (
     CREDENTIAL_FLAGS,
     UsageError,
@@ -225,6 +226,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         return EXIT_OK
+    if args.option in MENTIONED_ONLY:  # as resolve says it, not a near name
+        raise UsageError(
+            f"unknown option {args.option!r}: {MENTIONED_ONLY[args.option]}, so the resolver "
+            "cannot explain it; check it against the runtime's own documentation"
+        )
     if args.option not in CATALOG:
         hint = CATALOG.suggest(args.option)
         raise UsageError(
@@ -344,10 +350,11 @@ def _resolve_arguments(parser: argparse.ArgumentParser, multi_product: bool = Fa
         action="store_true",
         help="attach every file the config names that exists here",
     )
-    _server_arguments(parser, "resolve through a running server")
+    reply = "; a diff's reply may be several times its request" if multi_product else ""
+    _server_arguments(parser, "resolve through a running server", reply)
 
 
-def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
+def _server_arguments(parser: argparse.ArgumentParser, help_text: str, reply: str = "") -> None:
     """--server, and how to reach a server that wants TLS, mutual TLS or a bearer token."""
     parser.add_argument("--server", metavar="HOST:PORT", help=help_text)
     parser.add_argument("--tls-ca", metavar="FILE", help="with --server: CA bundle (PEM) for TLS")
@@ -361,7 +368,7 @@ def _server_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
         metavar="N",
         type=int,
         help="with --server: the largest request and reply this command takes (default 4 MiB, "
-        "as the server's; -1 for no limit; a diff's reply may be several times its request)",
+        f"as the server's; -1 for no limit{reply})",
     )
 
 

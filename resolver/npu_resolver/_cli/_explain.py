@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._catalog import CATALOG
 from .._describe import describe_option
+from .._diff import diff_of
 from .._fingerprint import fragment
 from .._model import CATALOG_VERSION, JSON
 from .._paths import FOLDER_OPTIONS
@@ -18,7 +19,7 @@ from .._schema import OptType
 from ._render import columns, cut_to, padded, shown
 
 if TYPE_CHECKING:
-    from .._diff import DiffResult
+    from .._diff import DiffResult, DiffRow
 
 
 @cache
@@ -180,8 +181,31 @@ def _cell(value: JSON, source: str) -> str:
 
 def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
-    table format."""
-    rows = result.rows if show_all else result.differing
+    table format. A product not resolved (unknown, or a config not read) has no column: every
+    row would differ from its absent cells and hide its error, said below the table."""
+    resolved = [(pid, res) for pid, res in result.results.items() if res.options]
+    left_out = [pid for pid, res in result.results.items() if not res.options]
+    table = diff_of(resolved) if left_out else result
+    rows = table.rows if show_all else table.differing
+    lines = _diff_table(table, rows)
+    if left_out:
+        lines.append(shown(f"not resolved, so not in the table: {', '.join(left_out)}"))
+    # Why the rows differ: every error and warning, and the notes about the rows shown.
+    in_rows = {row.option for row in rows}
+    for pid, res in result.results.items():
+        for d in res.diagnostics:
+            if d.severity.value == "INFO" and d.option not in in_rows:
+                continue
+            rule = f" [{d.rule}]" if d.rule else ""
+            lines.append(
+                shown(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
+            )
+    return "\n".join(lines)
+
+
+def _diff_table(result: DiffResult, rows: tuple[DiffRow, ...]) -> list[str]:
+    if not result.products:
+        return ["(no product resolved)"]
     width = max((columns(shown(r.option)) for r in rows), default=6)
     texts = [
         [
@@ -209,14 +233,4 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
         lines.append(line.rstrip())
     if not rows:
         lines.append("(no differences)")
-    # Why the rows differ: every error and warning, and the notes about the rows shown.
-    in_rows = {row.option for row in rows}
-    for pid, res in result.results.items():
-        for d in res.diagnostics:
-            if d.severity.value == "INFO" and d.option not in in_rows:
-                continue
-            rule = f" [{d.rule}]" if d.rule else ""
-            lines.append(
-                shown(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
-            )
-    return "\n".join(lines)
+    return lines
