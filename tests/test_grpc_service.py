@@ -1318,6 +1318,23 @@ def test_cli_with_tls_flags_against_a_plaintext_server_says_so_in_one_line(
     )
 
 
+def test_cli_without_tls_flags_against_a_tls_server_says_tls_may_be_why(
+    certs: dict[str, Path],
+) -> None:
+    """A TLS server closes a plaintext connection, which gRPC reports as a lost one ("Socket
+    closed"), like a network fault: the CLI names the likely cause and its flag. A server that
+    is not there refuses the connection: no such hint."""
+    from tests.test_cli import run
+
+    hint = "; if the server speaks TLS, give --tls-ca (its CA bundle)"
+    with ThreadServer(ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])) as s:
+        proc = run("resolve", "--product", "atlas-a2", "--server", s.target)
+    assert proc.returncode == 3
+    assert proc.stderr.rstrip().endswith(hint), proc.stderr
+    proc = run("resolve", "--product", "atlas-a2", "--server", s.target)  # stopped: refused
+    assert proc.returncode == 3 and hint not in proc.stderr, proc.stderr
+
+
 def test_metrics_count_calls() -> None:
     from prometheus_client import CollectorRegistry
 

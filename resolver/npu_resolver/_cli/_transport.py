@@ -89,6 +89,7 @@ class Remote:
         self._tls_without_own_certificate = bool(
             credentials.get("root_certificates") and not credentials.get("certificate_chain")
         )
+        self._plaintext = not any(credentials.get(k) for k in ("root_certificates", "private_key"))
 
     def _call(self, method: str, *args: Any) -> Any:
         """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
@@ -110,6 +111,10 @@ class Remote:
                     "; if the server requires client certificates (mutual TLS), "
                     "give --tls-cert and --tls-key"
                 )
+            elif self._plaintext and "Socket closed" in str(exc):
+                # What a TLS server's closing of a plaintext connection looks like here (a
+                # server that is down refuses the connection instead).
+                hint = "; if the server speaks TLS, give --tls-ca (its CA bundle)"
             raise UnreachableError(f"{exc}{hint}") from exc
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
