@@ -1756,6 +1756,23 @@ def test_read_files_passes_over_a_folder_the_config_names(tmp_path: Path) -> Non
     ]
 
 
+def test_read_files_says_which_named_file_it_did_not_find(tmp_path: Path) -> None:
+    """The flag asked for the files to be checked: one that is not there is said on stderr
+    (its rules stay NOT_CHECKED); the answer and the exit status are as without the note."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "fusion.cfg").write_text('{"Switch": {"GraphFusion": {}}}')
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--workdir", str(job), "--read-files",
+        "--set", "op_debug_config=debug.cfg", "--set", "fusion_switch_file=fusion.cfg",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"npu-resolve: note: --read-files: op_debug_config names {job / 'debug.cfg'}, which is "
+        "not a file here; not attached"
+    ]
+
+
 def test_python_format_says_errors_in_the_pasteable_text_and_warnings_on_stderr() -> None:
     errors = run(
         "resolve", "--product", "atlas-training", "--set", "hccl_timeout=17341",

@@ -205,6 +205,12 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
                 file = Path(args.workdir) / file
             if file.is_file():
                 attached[option] = _read_attachment(option, str(file))
+            else:  # said, since its rules stay NOT_CHECKED whatever the flag asked
+                print(
+                    f"npu-resolve: note: --read-files: {option} names {printable(str(file))}, "
+                    "which is not a file here; not attached",
+                    file=sys.stderr,
+                )
     for option, path in pairs(args.attach, "--attach", "OPTION=FILE"):
         if option not in CONTENT_RULES:
             known = ", ".join(CONTENT_RULES)
