@@ -1061,7 +1061,7 @@ def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
     async def run() -> None:
         nonlocal stuck
         task = asyncio.ensure_future(
-            _app._heartbeat(cast(Any, Marks()), lambda: stuck, lambda s: None)
+            _app._heartbeat(cast(Any, Marks()), lambda: stuck, lambda *gap: None)
         )
         await asyncio.sleep(0.05)
         assert beats

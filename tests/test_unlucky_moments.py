@@ -203,18 +203,21 @@ def test_large_requests_whose_callers_left_still_count_until_the_thread_drops_th
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("paused", [True, False], ids=["paused", "starved"])
 def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, paused: bool
 ) -> None:
-    """A large request has run 0.2 s when the whole worker is paused for 10 s (Ctrl-Z): the
-    heartbeat's next turn comes 10 s late and gives that time to the large requests' clock, so
-    the request has still run 0.2 s, not past half the hung limit (7.5 s of 15), and the
-    heartbeat goes on (it was held, with a large_request_stuck line, for a request of 0.2 s).
-    Turns late by less than LATE_BEAT_S give nothing: a request that runs on is still seen."""
+    """A large request has run 0.2 s when the heartbeat's next turn comes 10 s late. The whole
+    worker paused (Ctrl-Z: no CPU spent meanwhile), that time is given back to the request,
+    which has still run 0.2 s, not past half the hung limit (7.5 s of 15), and the heartbeat
+    goes on (it was held, with a large_request_stuck line, for a request of 0.2 s). The loop
+    starved by the request itself (CPU spent all along) is no pause: the request has run 10.2 s
+    and the heartbeat is held. Turns late by less than LATE_BEAT_S give nothing back: a request
+    that runs on is still seen, paused or not."""
     from npu_resolver_server import _app, _large
 
-    clock = [100.0]
-    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0])
+    clock, cpu = [100.0], [5.0]
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], process_time=lambda: cpu[0])
     monkeypatch.setattr(_large, "time", fake_time)
     monkeypatch.setattr(_app, "time", fake_time)
     monkeypatch.setattr(_app, "HEARTBEAT_S", 0.01)
@@ -241,19 +244,85 @@ def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
         )
         await asyncio.sleep(0.03)
         clock[0] += 0.2  # it runs 0.2 s
+        cpu[0] += 0.2
         await asyncio.sleep(0.03)
-        clock[0] += 10.0  # the whole worker is paused for 10 s, then resumed
-        await asyncio.sleep(0.05)  # a few turns of the heartbeat after the resume
-        assert 0.2 <= large.running_for() < 0.3
-        assert beats[-1] == clock[0]  # beating on
-        for _ in range(16):  # now it runs on, 0.5 s at a time: 8 s more
-            clock[0] += 0.5
-            await asyncio.sleep(0.03)
+        clock[0] += 10.0  # 10 s without a turn of the loop
+        cpu[0] += 0.0 if paused else 10.0
+        await asyncio.sleep(0.05)  # a few turns of the heartbeat after it
+        if paused:
+            assert 0.2 <= large.running_for() < 0.3
+            assert beats[-1] == clock[0]  # beating on
+            for _ in range(16):  # now it runs on, 0.5 s at a time: 8 s more
+                clock[0] += 0.5
+                await asyncio.sleep(0.03)
         assert large.running_for() > limit
         assert beats[-1] < clock[0]  # held: the request is stuck
         heartbeat.cancel()
         release.set()
         await running
+        large.close()
+
+    asyncio.run(main())
+
+
+def test_a_pause_before_a_large_request_began_is_not_given_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker was paused for 100 s, and a large request began in the second after it and
+    before the heartbeat's late turn: only what of the pause falls after its start (none) is
+    given back; more would be allowance for a request stuck from its start."""
+    from npu_resolver_server import _large
+
+    clock = [100.0]
+    monkeypatch.setattr(_large, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+
+    async def main() -> None:
+        large = _large.LargeRequests()
+        release, began = threading.Event(), threading.Event()
+
+        def request() -> None:
+            began.set()
+            release.wait(5)
+
+        clock[0] = 200.5  # paused from 100 to 200; the request begins at 200.5
+        running = asyncio.ensure_future(large.run(request))
+        while not began.is_set():
+            await asyncio.sleep(0.001)
+        clock[0] = 201.0  # the heartbeat's turn: late by 100 s, none of it spent running
+        large.skip(100.0, 201.0, 100.0)
+        assert large.running_for() == 0.5
+        release.set()
+        await running
+        large.close()
+
+    asyncio.run(main())
+
+
+def test_a_thread_that_could_not_start_is_started_by_the_next_large_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread limit reached as the first large request came: that request fails, and the
+    next one starts the thread. Kept as started, the failed thread took every later request
+    into a queue nobody read, held them all, and the worker refused large requests for life."""
+    from npu_resolver_server import _large
+
+    start = threading.Thread.start
+    failed = [False]
+
+    def start_once_failing(thread: threading.Thread) -> None:
+        if not failed[0]:
+            failed[0] = True
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_failing)
+
+    async def main() -> None:
+        large = _large.LargeRequests()
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            await large.run(len, b"first")
+        assert await asyncio.wait_for(large.run(len, b"second"), 5) == 6
+        assert not large.full and large._held == 0
         large.close()
 
     asyncio.run(main())

@@ -370,8 +370,9 @@ def _reload_every_worker(
 SUPERVISOR_POLL_S: Final = 1.0
 HEARTBEAT_S: Final = 1.0
 LATE_BEAT_S: Final = 1.0
-"""A heartbeat turn this much later than due: the event loop did not run meanwhile (the whole
-worker paused, or the loop held), and that time is no large request's running time."""
+"""A heartbeat turn this much later than due: the event loop did not run meanwhile. What of
+that time the process spent no CPU in either (the whole worker paused) is no large request's
+running time; a loop starved by a large request holding the interpreter is not a pause."""
 SAME_STOP_S: Final = 1.0
 """Under a supervisor, a stop signal this soon after the first is the same stop delivered
 twice: a signal to the process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill)
@@ -528,21 +529,24 @@ async def serve(
 
 
 async def _heartbeat(
-    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float], None]
+    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float, float, float], None]
 ) -> None:
     """Under --workers: a heartbeat each second from the event loop, until cancelled once the
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
     a loop that never yields) from a busy one. A large request that has run too long
     (`stuck`) is a hang too: the requests waiting behind it would never be answered. A turn
-    over LATE_BEAT_S late gives `skipped` the time the loop did not run, which the supervisor
-    too leaves out of its clock when the whole server was paused."""
+    over LATE_BEAT_S late gives `skipped` (since, until, seconds) the time meanwhile that the
+    process spent no CPU in (paused), which the supervisor too leaves out of its clock when the
+    whole server was paused."""
     said = False
-    last = time.monotonic()
+    last, last_cpu = time.monotonic(), time.process_time()
     while True:
-        now = time.monotonic()
+        now, cpu = time.monotonic(), time.process_time()
         if now - last > HEARTBEAT_S + LATE_BEAT_S:
-            skipped(now - last - HEARTBEAT_S)
-        last = now
+            idle = now - last - HEARTBEAT_S - (cpu - last_cpu)
+            if idle > 0:
+                skipped(last, now, idle)
+        last, last_cpu = now, cpu
         if not stuck():
             marks.beat()
             said = False

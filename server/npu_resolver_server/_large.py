@@ -66,28 +66,29 @@ class LargeRequests:
         """Requests queued or running, counted on the event loop: each from the moment it is
         queued until the thread is done with it, so that one whose caller left while it
         waited (its bytes still queued) or while it ran still counts."""
-        self._began: tuple[float, float] | None = None
-        """When the running request began, and `_skipped` then."""
-        self._skipped = 0.0
-        """Seconds the event loop did not run (see skip), since the server began."""
+        self._running: list[float] | None = None
+        """The running request's [start, seconds of it the worker did not run], set anew by
+        the thread for each request (added to on the event loop: see skip)."""
 
     @property
     def full(self) -> bool:
         return self._held >= MAX_HELD
 
     def running_for(self) -> float:
-        """Seconds the request on the thread has run (0 with none), less the time the event
-        loop did not run meanwhile: a whole worker paused (Ctrl-Z, a paused container) is no
+        """Seconds the request on the thread has run (0 with none), less the time the worker
+        did not run meanwhile: a whole worker paused (Ctrl-Z, a paused container) is no
         request's running time."""
-        began = self._began
-        if began is None:
-            return 0.0
-        start, skipped = began
-        return time.monotonic() - start - (self._skipped - skipped)
+        running = self._running
+        return 0.0 if running is None else time.monotonic() - running[0] - running[1]
 
-    def skip(self, seconds: float) -> None:
-        """The event loop did not run for `seconds` (found by the heartbeat's turns)."""
-        self._skipped += seconds
+    def skip(self, since: float, until: float, seconds: float) -> None:
+        """The worker did not run for `seconds` between `since` and `until` (found by the
+        heartbeat's turns): the running request is given back what of them must fall after
+        its start (taken as early as it can be), so that one begun during that time is not
+        given time it may have run."""
+        running = self._running
+        if running is not None:  # the thread may set another meanwhile: this one's is moot
+            running[1] += max(0.0, seconds - max(0.0, running[0] - since))
 
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """`fn` on the thread, in its turn; a caller that leaves before it begins drops it."""
@@ -95,9 +96,12 @@ class LargeRequests:
         future: asyncio.Future[_T] = loop.create_future()
         if self._thread is None:  # started by the first large request, in the worker
             # A daemon: a request stuck there does not hold the process's exit once the
-            # server has stopped (the interpreter joins other threads).
-            self._thread = threading.Thread(target=self._work, name="large-requests", daemon=True)
-            self._thread.start()
+            # server has stopped (the interpreter joins other threads). Kept once started: a
+            # start that failed (a thread limit) is tried again by the next request, not
+            # taken for a thread that would never take the requests queued for it.
+            thread = threading.Thread(target=self._work, name="large-requests", daemon=True)
+            thread.start()
+            self._thread = thread
         self._held += 1
         self._jobs.put((loop, future, functools.partial(fn, *args, **kwargs)))
         return await future
@@ -114,14 +118,14 @@ class LargeRequests:
             loop, future, call = job
             outcome: tuple[Callable[[Any], None], Any] = (future.set_result, None)
             if not future.cancelled():  # else its caller left before its turn
-                self._began = (time.monotonic(), self._skipped)
+                self._running = [time.monotonic(), 0.0]
                 try:
                     with _FASTER:
                         outcome = (future.set_result, call())
                 except Exception as exc:
                     outcome = (future.set_exception, exc)
                 finally:
-                    self._began = None
+                    self._running = None
             del job, call  # the request's bytes, held no longer than its turn
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(self._done, future, *outcome)
