@@ -473,6 +473,29 @@ def test_diff_with_an_unknown_product_is_the_same_report_through_a_server(
     assert "not resolved, so not in the table: atlas-9000" in lines
 
 
+def test_a_diff_table_beside_an_unknown_product_keeps_the_servers_rows() -> None:
+    """A server's catalog may be newer than the command's: the rows of an option only it
+    knows stay in the table when an unknown product's column is left out (the table was
+    made again from the command's own catalog, and lost them)."""
+    from npu_resolver import DiffResult, ResolveRequest, Source, diff
+    from npu_resolver._cli._explain import render_diff
+    from npu_resolver._diff import DiffCell, DiffRow
+
+    local = diff(ResolveRequest("atlas-a2"), ["atlas-a2", "atlas-a3", "nope"])
+    cells = {
+        "atlas-a2": DiffCell(1, Source.DEFAULT),
+        "atlas-a3": DiffCell(2, Source.DEFAULT),
+        "nope": None,
+    }
+    newer = DiffResult(
+        local.products, local.results, (*local.rows, DiffRow("new_opt", cells, same=False))
+    )
+    lines = render_diff(newer, show_all=False).splitlines()
+    assert lines[0].split() == ["option", "atlas-a2", "atlas-a3"]
+    assert lines[1].split() == ["new_opt", "1", "DEFAULT", "2", "DEFAULT"]
+    assert lines[2] == "not resolved, so not in the table: nope"
+
+
 def test_a_diff_table_of_known_products_beside_an_unknown_one_shows_their_differences() -> None:
     known = ("--product", "atlas-a2", "--product", "atlas-300i-duo")
     alone = run("diff", *known).stdout.splitlines()
@@ -1771,6 +1794,15 @@ def test_read_files_says_which_named_file_it_did_not_find(tmp_path: Path) -> Non
         f"npu-resolve: note: --read-files: op_debug_config names {job / 'debug.cfg'}, which is "
         "not a file here; not attached"
     ]
+    (tmp_path / "fusion.cfg").write_text('{"Switch": {"GraphFusion": {}}}')
+    attached = run(  # a file --attach gives is the one read, and nothing is said of the other
+        "resolve", "--product", "atlas-a2", "--workdir", str(job), "--read-files",
+        "--format", "json",
+        "--set", "fusion_switch_file=/remote/fusion.cfg",
+        "--attach", f"fusion_switch_file={tmp_path / 'fusion.cfg'}",
+    )  # fmt: skip
+    assert (attached.returncode, attached.stderr) == (0, "")
+    assert not [d for d in json.loads(attached.stdout)["diagnostics"] if d["code"] == "NOT_CHECKED"]
 
 
 def test_python_format_says_errors_in_the_pasteable_text_and_warnings_on_stderr() -> None:

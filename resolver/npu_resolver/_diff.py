@@ -133,6 +133,17 @@ class DiffResult:
     def differing(self) -> tuple[DiffRow, ...]:
         return tuple(row for row in self.rows if not row.same)
 
+    def only(self, products: Sequence[str]) -> DiffResult:
+        """The same diff with only `products`' columns, their rows compared again: those of
+        this result (a server's, whose catalog may be newer), not the local catalog's."""
+        rows = []
+        for row in self.rows:
+            cells = {pid: row.cells.get(pid) for pid in products}
+            if any(cell is not None for cell in cells.values()):
+                rows.append(DiffRow(row.option, cells, same=_same(row.option, cells)))
+        results = {pid: self.results[pid] for pid in products}
+        return DiffResult(tuple(products), results, tuple(rows))
+
     def to_json(self) -> dict[str, JSON]:
         """The DiffResponse's JSON mapping (proto field names, enums by their bare names): a
         product where the option is absent has no cell, as on the wire."""
@@ -212,11 +223,12 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
                 cells[pid] = None
         if all(cell is None for cell in cells.values()):
             continue
-        # Equal as JSON is equal (an object's keys in another order, 2.0 and 2), as the
-        # fingerprint has it; repr() told those apart.
-        values = {
-            None if c is None else (fragment(option.name, c.value), c.source)
-            for c in cells.values()
-        }
-        rows.append(DiffRow(option.name, cells, same=len(values) == 1))
+        rows.append(DiffRow(option.name, cells, same=_same(option.name, cells)))
     return DiffResult(tuple(results), results, tuple(rows))
+
+
+def _same(option: str, cells: Mapping[str, DiffCell | None]) -> bool:
+    """Every product has the option alike: equal as JSON is equal (an object's keys in another
+    order, 2.0 and 2), as the fingerprint has it (repr() told those apart), from one source."""
+    values = {None if c is None else (fragment(option, c.value), c.source) for c in cells.values()}
+    return len(values) == 1

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._catalog import CATALOG
 from .._describe import describe_option
-from .._diff import diff_of
 from .._fingerprint import fragment
 from .._model import CATALOG_VERSION, JSON
 from .._paths import FOLDER_OPTIONS
@@ -183,9 +182,8 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
     table format. A product not resolved (unknown, or a config not read) has no column: every
     row would differ from its absent cells and hide its error, said below the table."""
-    resolved = [(pid, res) for pid, res in result.results.items() if res.options]
     left_out = [pid for pid, res in result.results.items() if not res.options]
-    table = diff_of(resolved) if left_out else result
+    table = result.only([p for p in result.products if p not in left_out]) if left_out else result
     rows = table.rows if show_all else table.differing
     lines = _diff_table(table, rows)
     if left_out:
@@ -216,7 +214,7 @@ def _diff_table(result: DiffResult, rows: tuple[DiffRow, ...]) -> list[str]:
         ]
         for row in rows
     ]
-    heads = [_marked(shown(p), MAX_CELL, p) for p in result.products]  # unknown: may be long
+    heads = [shown(p) for p in result.products]  # resolved products: short ids
     # Each column as wide as its widest cell: a wide one no longer shifts those after it.
     cols = [
         max([columns(head), *(columns(cells[i]) for cells in texts)])

@@ -195,10 +195,11 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
     from .._content import CONTENT_RULES
 
     attached: dict[str, str] = {}
+    given = {option for option, _ in pairs(args.attach, "--attach", "OPTION=FILE")}
     if args.read_files:
         for option in CONTENT_RULES:
             path = config.get(option)
-            if not isinstance(path, str) or not path:
+            if not isinstance(path, str) or not path or option in given:  # --attach wins
                 continue
             file = Path(path)
             if not file.is_absolute() and args.workdir:  # the job's paths are relative to it
