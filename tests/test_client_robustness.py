@@ -1084,7 +1084,8 @@ BUSY_ITEM = status_pb2.Status(
 
 
 def _busy_batch(product: str, times: int, then: grpc.StatusCode | None = None) -> Handler:
-    """ResolveBatch as a busy server answers it: the items for `product` UNAVAILABLE in the
+    """ResolveBatch as a busy server answers it: the items for `product` (or for each of its
+    comma-separated products) UNAVAILABLE in the
     first `times` calls (the server held too many large requests), the others resolved; after
     that, `then` aborts the whole call, else every item is resolved."""
     calls = [0]
@@ -1095,7 +1096,7 @@ def _busy_batch(product: str, times: int, then: grpc.StatusCode | None = None) -
             context.abort(then, "the server failed")
         results = []
         for item in request.requests:
-            if item.product == product and calls[0] <= times:
+            if item.product in product.split(",") and calls[0] <= times:
                 results.append(pb.ResolveBatchResult(status=BUSY_ITEM))
             else:
                 answer = resolution_to_proto(resolve(ResolveRequest(product=item.product)))
@@ -1129,6 +1130,15 @@ def test_batch_items_the_server_was_too_busy_for_are_sent_again_alone() -> None:
         "atlas-350",
     ]
     assert batches == [["atlas-a2", "atlas-a3", "atlas-350"], ["atlas-a3"], ["atlas-a3"]]
+
+
+def test_busy_batch_items_are_sent_again_each_alone() -> None:
+    """Each in a batch of its own: an answer that names a place in its batch (left out at the
+    reply's size limit) then names an item the caller can send alone, not the place it had in
+    a batch of busy items the caller never sent."""
+    answers, batches = _batch_through(_busy_batch("atlas-a3,atlas-350", 1))
+    assert [type(a) for a in answers] == [Resolution] * 3
+    assert batches == [["atlas-a2", "atlas-a3", "atlas-350"], ["atlas-a3"], ["atlas-350"]]
 
 
 async def test_the_async_client_sends_busy_batch_items_again_alone() -> None:

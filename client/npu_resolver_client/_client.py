@@ -450,9 +450,12 @@ def _batch_results(
 class _BusyItems:
     """A batch's answers, and its items the server was too busy for sent again. Such an item
     is answered UNAVAILABLE inside an OK reply, which gRPC's retry policy never sees: the
-    client sends those items again, alone, as the policy would a call (MAX_ATTEMPTS in all, a
-    random pause up to a backoff growing from INITIAL_BACKOFF_S to MAX_BACKOFF_S), within the
-    call's deadline. A resend that fails leaves the items' last answers as they were."""
+    client sends those items again, as the policy would a call (MAX_ATTEMPTS in all, a random
+    pause up to a backoff growing from INITIAL_BACKOFF_S to MAX_BACKOFF_S), within the call's
+    deadline. Each alone: an answer that names a place in its batch (one left out at the reply's
+    size limit, or by the deadline) then names it as an item the caller can send on its own,
+    not a place in a batch it never sent. A resend that fails ends the resends, the items
+    keeping their last answers."""
 
     asked: list[ResolveRequest]
     sent: pb.ResolveBatchRequest
@@ -462,8 +465,8 @@ class _BusyItems:
     attempts: int = 1
     busy: list[int] = field(default_factory=list)
 
-    def again(self) -> tuple[pb.ResolveBatchRequest, float, float] | None:
-        """The batch of the busy items, the pause before sending it and the time it has; None
+    def pause(self) -> float | None:
+        """The pause before the next round, which sends each busy item (`busy`) again; None
         when no item is busy, the attempts are spent, or the deadline would pass first."""
         self.busy = [
             index
@@ -475,21 +478,23 @@ class _BusyItems:
         backoff = min(INITIAL_BACKOFF_S * BACKOFF_MULTIPLIER ** (self.attempts - 1), MAX_BACKOFF_S)
         pause = random.uniform(0, backoff)
         self.attempts += 1
-        left = math.inf
-        if self.deadline is not None:
-            left = self.deadline - (time.monotonic() - self.started) - pause
-            if left <= 0:
-                return None
-        batch = pb.ResolveBatchRequest(requests=[self.sent.requests[i] for i in self.busy])
-        return batch, pause, left
+        return pause if self.left() > pause else None
 
-    def answered(self, response: pb.ResolveBatchResponse) -> None:
-        """The busy items' new answers, each at its place in the whole batch."""
-        again = _batch_results(response, [self.asked[i] for i in self.busy])
-        for index, result in zip(self.busy, again, strict=True):
-            self.results[index] = (
-                replace(result, index=index) if type(result) is ResolveFailure else result
-            )
+    def left(self) -> float:
+        """Seconds before the call's deadline (math.inf for none)."""
+        if self.deadline is None:
+            return math.inf
+        return self.deadline - (time.monotonic() - self.started)
+
+    def alone(self, index: int) -> pb.ResolveBatchRequest:
+        return pb.ResolveBatchRequest(requests=[self.sent.requests[index]])
+
+    def answered(self, index: int, response: pb.ResolveBatchResponse) -> None:
+        """A busy item's new answer, at its place in the whole batch."""
+        (result,) = _batch_results(response, [self.asked[index]])
+        self.results[index] = (
+            replace(result, index=index) if type(result) is ResolveFailure else result
+        )
 
 
 def _resolve_error(
@@ -814,11 +819,13 @@ class ResolverClient:
         sent = _batch(asked)
         first = _batch_results(self._call("ResolveBatch", sent, timeout), asked)
         items = _BusyItems(asked, sent, first, deadline, started)
-        while (again := items.again()) is not None:
-            batch, pause, left = again
+        while (pause := items.pause()) is not None:
             time.sleep(pause)
             try:
-                items.answered(self._call("ResolveBatch", batch, left))
+                for index in items.busy:
+                    if (left := items.left()) <= 0:
+                        break
+                    items.answered(index, self._call("ResolveBatch", items.alone(index), left))
             except ResolverClientError:
                 break
         return items.results
@@ -1049,11 +1056,14 @@ class AsyncResolverClient:
         sent = _batch(asked)
         first = _batch_results(await self._call("ResolveBatch", sent, timeout), asked)
         items = _BusyItems(asked, sent, first, deadline, started)
-        while (again := items.again()) is not None:
-            batch, pause, left = again
+        while (pause := items.pause()) is not None:
             await asyncio.sleep(pause)
             try:
-                items.answered(await self._call("ResolveBatch", batch, left))
+                for index in items.busy:
+                    if (left := items.left()) <= 0:
+                        break
+                    reply = await self._call("ResolveBatch", items.alone(index), left)
+                    items.answered(index, reply)
             except ResolverClientError:
                 break
         return items.results
