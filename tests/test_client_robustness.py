@@ -1190,3 +1190,61 @@ def test_a_resend_that_fails_leaves_the_answers_the_batch_had(then: grpc.StatusC
     assert isinstance(failure, client_module.ResolveFailure)
     assert failure.code is grpc.StatusCode.UNAVAILABLE
     assert batches[1] == ["atlas-a3"]
+
+
+def _newer_answer(change: str) -> Handler:
+    """Resolve answered by a server newer than this client: one value of its answer is one
+    this client does not know."""
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        answer = resolution_to_proto(
+            resolve(ResolveRequest("atlas-training", {"hccl_timeout": 600}))
+        )
+        if change == "code":
+            answer.diagnostics[0].code = "SOME_NEW_CODE"
+        elif change == "severity":
+            answer.diagnostics[0].severity = 9  # type: ignore[assignment]
+        else:
+            answer.provenance["hccl_timeout"].source = 9  # type: ignore[assignment]
+        return answer
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("code", "the diagnostic code 'SOME_NEW_CODE'"),
+        ("severity", "the severity 9"),
+        ("source", "the source 9"),
+    ],
+)
+def test_an_answer_holding_a_newer_servers_value_is_a_client_error_saying_so(
+    change: str, said: str
+) -> None:
+    """A server upgraded first may answer with a diagnostic code, a severity or a source this
+    client does not know: the call fails as a client error naming the value and the cause (it
+    escaped as a bare ValueError or KeyError, past an `except ResolverClientError`)."""
+    with (
+        FakeResolver(resolve=_newer_answer(change)) as server,
+        ResolverClient(server.target) as client,
+        pytest.raises(ResolverCallError) as info,
+    ):
+        client.resolve("atlas-training", {"hccl_timeout": 600})
+    assert info.value.code is grpc.StatusCode.INTERNAL
+    assert f"the server's answer holds {said}, which this client does not know" in str(info.value)
+    assert "upgrade npu-resolver here" in str(info.value)
+
+
+def test_a_product_of_a_newer_family_is_a_client_error_saying_so() -> None:
+    def products(request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.ListProductsResponse(
+            products=[pb.Product(id="atlas-900", name="Atlas 900", family="quantum")]
+        )
+
+    with (
+        FakeResolver(list_products=products) as server,
+        ResolverClient(server.target) as client,
+        pytest.raises(ResolverCallError, match="the product family 'quantum', which this client"),
+    ):
+        client.list_products()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+import grpc
 from google.protobuf import struct_pb2
 
 from npu_resolver import (
@@ -58,6 +59,9 @@ SEVERITY_FROM_PB: Final = {v: k for k, v in SEVERITY_TO_PB.items()}
 SOURCE_TO_PB: Final = {s: pb.Source.Value(f"SOURCE_{s.value}") for s in Source}
 SOURCE_FROM_PB: Final = {v: k for k, v in SOURCE_TO_PB.items()}
 _PATH_ORDER: Final = {name: i for i, name in enumerate(PATH_KEYS)}
+_CODES: Final = {code.value: code for code in Code}
+_FAMILIES: Final = {family.value: family for family in Family}
+_V = TypeVar("_V")
 
 
 class LimitError(ValueError):
@@ -380,12 +384,25 @@ def resolution_to_proto(resolution: Resolution) -> pb.ResolveResponse:
     return message
 
 
-def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
-    from npu_resolver import Code
+def _known(table: Mapping[Any, _V], value: Any, what: str) -> _V:
+    """`table[value]`; a value this client does not know (a newer server's) is a client error
+    saying so, not a KeyError or ValueError from inside the conversion."""
+    known = table.get(value)
+    if known is None:
+        from ._errors import ResolverCallError
 
+        raise ResolverCallError(
+            grpc.StatusCode.INTERNAL,
+            f"the server's answer holds {what} {value!r}, which this client does not know: the "
+            "server is newer than this client; upgrade npu-resolver here",
+        )
+    return known
+
+
+def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
     return Diagnostic(
-        severity=SEVERITY_FROM_PB[message.severity],
-        code=Code(message.code),
+        severity=_known(SEVERITY_FROM_PB, message.severity, "the severity"),
+        code=_known(_CODES, message.code, "the diagnostic code"),
         option=message.option,
         rule=message.rule,
         message=message.message,
@@ -394,7 +411,7 @@ def _diagnostic_from_proto(message: pb.Diagnostic) -> Diagnostic:
 
 
 def _provenance_from_proto(message: pb.Provenance) -> Provenance:
-    source = SOURCE_FROM_PB[message.source]
+    source = _known(SOURCE_FROM_PB, message.source, "the source")
     rules = tuple(message.rules)
     if message.HasField("requested"):
         return Provenance(
@@ -540,7 +557,7 @@ def diff_from_proto(response: pb.DiffResponse, request: ResolveRequest) -> DiffR
             if pid in row.cells:
                 cell = row.cells[pid]
                 value = results[pid].options.get(row.option, value_to_py(cell.value))
-                cells[pid] = DiffCell(value, SOURCE_FROM_PB[cell.source])
+                cells[pid] = DiffCell(value, _known(SOURCE_FROM_PB, cell.source, "the source"))
             else:
                 cells[pid] = None
         rows.append(DiffRow(row.option, cells, row.same))
@@ -565,7 +582,7 @@ def product_from_proto(message: pb.Product) -> Product:
         id=message.id,
         name=message.name,
         source_name=message.source_name,
-        family=Family(message.family),
+        family=_known(_FAMILIES, message.family, "the product family"),
         aliases=tuple(message.aliases),
     )
 

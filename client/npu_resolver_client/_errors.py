@@ -151,7 +151,9 @@ def decode_status(status: status_pb2.Status) -> Failure:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 report_cut = report_cut or info.reason == REPORT_CUT
-        except (message.DecodeError, ValueError, KeyError):
+        except (message.DecodeError, ValueError, KeyError, ResolverClientError):
+            # A detail this client cannot read (a newer server's values): the others stand,
+            # the violations first of all, which name every error by its code as text.
             continue
     code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
     return Failure(code, status.message, tuple(violations), resolution, report_cut)
