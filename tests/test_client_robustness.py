@@ -5,6 +5,7 @@ real one."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import pickle
 import subprocess
@@ -234,6 +235,68 @@ def test_an_async_client_refuses_a_second_loop_while_its_first_is_open(
         first.run_until_complete(client.close())
     finally:
         first.close()
+
+
+def _first_calls_at_once(client: AsyncResolverClient) -> list[str]:
+    """Two threads, each in its own asyncio.run, making the client's first call at once: how
+    each call ended ("served" or the error's code)."""
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    async def call() -> None:
+        start.wait(5)
+        try:
+            await client.list_products()
+            outcomes.append("served")
+        except ResolverCallError as error:
+            outcomes.append(error.code.name)
+
+    threads = [threading.Thread(target=asyncio.run, args=(call(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return outcomes
+
+
+def test_two_loops_making_their_first_calls_at_once_do_not_both_get_a_channel(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """One loop gets the channel, the other is refused, every time. Both were served on two
+    channels (most often), one of them then refused from its second call on and its channel
+    left for nobody to close."""
+    for _ in range(20):
+        client = AsyncResolverClient(grpc_target)
+        assert sorted(_first_calls_at_once(client)) == ["FAILED_PRECONDITION", "served"]
+        asyncio.run(client.close())
+
+
+def test_close_after_the_clients_loop_is_gone_closes_its_channel(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """A client kept past its `asyncio.run()`: close() in another loop ends the channel's
+    connection (left open until the client was collected, it broke grpc.aio in every process
+    forked meanwhile), and so does the next loop's first call for the channel it replaces."""
+
+    async def first_call(client: AsyncResolverClient) -> grpc.aio.Channel:
+        await client.list_products()
+        return client.channel
+
+    kept = AsyncResolverClient(grpc_target)
+    channel = asyncio.run(first_call(kept))
+    asyncio.run(kept.close())
+    assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+
+    reused = AsyncResolverClient(grpc_target)
+    first = asyncio.run(first_call(reused))
+
+    async def next_call() -> None:
+        await reused.list_products()
+        await asyncio.sleep(0.05)  # the old channel's close, run in this loop
+
+    asyncio.run(next_call())
+    assert first.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+    asyncio.run(reused.close())
 
 
 def test_an_async_client_whose_channel_was_never_opened_closes(grpc_target: str) -> None:  # noqa: F811
@@ -1248,3 +1311,17 @@ def test_a_product_of_a_newer_family_is_a_client_error_saying_so() -> None:
         pytest.raises(ResolverCallError, match="the product family 'quantum', which this client"),
     ):
         client.list_products()
+
+
+@pytest.mark.parametrize("kind", [ResolverClient, AsyncResolverClient])
+@pytest.mark.parametrize("how", [pickle.dumps, copy.copy, copy.deepcopy])
+def test_a_client_is_not_pickled_or_copied_and_says_what_to_do(
+    kind: type[Any], how: Callable[[Any], Any]
+) -> None:
+    """A copy would share the channel (closed with either: the other's next call raised a bare
+    ValueError), and no channel crosses processes: a TypeError naming the client says so."""
+    client = kind("127.0.0.1:9")
+    with pytest.raises(TypeError, match=f"a {kind.__name__} holds a gRPC channel and cannot be"):
+        how(client)
+    if isinstance(client, ResolverClient):
+        client.close()

@@ -26,11 +26,12 @@ import json
 import math
 import numbers
 import random
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import grpc
 from google.protobuf import message
@@ -732,6 +733,9 @@ class ResolverClient:
     def __enter__(self) -> ResolverClient:
         return self
 
+    def __reduce__(self) -> NoReturn:
+        _not_copied(self)
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -864,6 +868,23 @@ CLOSE_ELSEWHERE_S: Final = 5.0
 """How long close() from another loop waits for the channel's own loop to close it."""
 
 
+def _not_copied(client: object) -> NoReturn:
+    """Pickling or copying a client: a copy would share its channel (closed with either, or
+    never) and no channel crosses processes."""
+    raise TypeError(
+        f"a {type(client).__name__} holds a gRPC channel and cannot be pickled or copied: "
+        "create one in each process (after a fork, too) from its target"
+    )
+
+
+async def _close_quietly(channel: grpc.aio.Channel) -> None:
+    """Close a channel whose loop is closed, in the running one: its calls ended with that
+    loop, and closing ends its connection (kept open until collected, it broke the grpc.aio
+    of every process forked meanwhile)."""
+    with contextlib.suppress(Exception):
+        await channel.close()
+
+
 async def _close_in(loop: asyncio.AbstractEventLoop, channel: grpc.aio.Channel) -> None:
     """Close `channel` in its own running `loop`, from another one. The wait ends when the
     close ran, when that loop stops first (it would never run it: it was waited for forever),
@@ -888,7 +909,8 @@ class AsyncResolverClient:
     client made at module level serves the `asyncio.run(main())` that follows. A client is
     tied to that loop. Once the loop is closed (a client kept from one `asyncio.run()` to the
     next, or across tests that each get a loop) nothing can use its channel any more, and the
-    next call opens a new one in its own loop. While the first loop is still open, a call from
+    next call opens a new one in its own loop, and the old one is closed there (as is one that
+    close() finds so). While the first loop is still open, a call from
     another loop raises ResolverCallError FAILED_PRECONDITION: its channel cannot be shared
     between two live loops, and a second channel in secret would double the connections and
     leave the first for nobody to close; make one client per loop.
@@ -923,6 +945,11 @@ class AsyncResolverClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.ResolverStub | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening = threading.Lock()
+        """Held while the loop is checked and a channel opened: two loops of two threads
+        making their first calls at once would each open one (the second never closed)."""
+        self._old: set[asyncio.Task[None]] = set()
+        """Closes of channels left by closed loops, running in the current one."""
         self._closed = False
         self.last_server_pid = ""
 
@@ -939,27 +966,34 @@ class AsyncResolverClient:
         """The channel and stub of the running loop; see the class docstring for loops."""
         _check_open(self._closed)
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._channel is None or self._stub is None:
-            if self._loop is not None and not self._loop.is_closed():
-                raise not_sent(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "this AsyncResolverClient belongs to the event loop of its first call, "
-                    "which is still open; an async client serves one event loop: create "
-                    "one in each loop",
-                )
-            # A channel left by a closed loop is closed by grpc when it is collected.
-            self._channel = self._settings.open(grpc.aio)
-            self._stub = resolver_stub(self._channel)
-            self._loop = loop
-        return self._channel, self._stub
+        with self._opening:
+            if self._loop is not loop or self._channel is None or self._stub is None:
+                if self._loop is not None and not self._loop.is_closed():
+                    raise not_sent(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        "this AsyncResolverClient belongs to the event loop of its first call, "
+                        "which is still open; an async client serves one event loop: create "
+                        "one in each loop",
+                    )
+                old = self._channel
+                self._channel = self._settings.open(grpc.aio)
+                self._stub = resolver_stub(self._channel)
+                self._loop = loop
+                if old is not None:  # left by a closed loop: closed here (its connection)
+                    task = loop.create_task(_close_quietly(old))
+                    self._old.add(task)
+                    task.add_done_callback(self._old.discard)
+            return self._channel, self._stub
 
     async def close(self) -> None:
         """Closes the channel; calls in flight raise ResolverCallError CANCELLED."""
         self._closed = True
         channel, loop = self._channel, self._loop
-        if channel is None or loop is None or loop.is_closed():
-            return  # never opened, or its loop is gone and its calls with it
-        if loop is asyncio.get_running_loop():
+        if channel is None or loop is None:
+            return  # never opened
+        if loop.is_closed():  # its calls are gone with it; its connection is not, until closed
+            await _close_quietly(channel)
+        elif loop is asyncio.get_running_loop():
             await channel.close()
         elif loop.is_running():  # closed from another thread's loop
             await _close_in(loop, channel)
@@ -967,6 +1001,9 @@ class AsyncResolverClient:
 
     async def __aenter__(self) -> AsyncResolverClient:
         return self
+
+    def __reduce__(self) -> NoReturn:
+        _not_copied(self)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
