@@ -6,12 +6,14 @@ workers, a stop during that wait. Each is one order of events, made deterministi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
 import types
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -203,6 +205,27 @@ def test_large_requests_whose_callers_left_still_count_until_the_thread_drops_th
     asyncio.run(main())
 
 
+@contextlib.asynccontextmanager
+async def _a_large_request_running(large: Any) -> AsyncIterator[None]:
+    """A large request running on `large`'s thread until the block ends; then the thread is
+    told to stop."""
+    release, began = threading.Event(), threading.Event()
+
+    def request() -> None:
+        began.set()
+        release.wait(5)
+
+    running = asyncio.ensure_future(large.run(request))
+    while not began.is_set():
+        await asyncio.sleep(0.001)
+    try:
+        yield
+    finally:
+        release.set()
+        await running
+        large.close()
+
+
 @pytest.mark.parametrize("paused", [True, False], ids=["paused", "starved"])
 def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
     monkeypatch: pytest.MonkeyPatch, paused: bool
@@ -230,15 +253,10 @@ def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
 
     async def main() -> None:
         large = _large.LargeRequests()
-        release, began = threading.Event(), threading.Event()
+        async with _a_large_request_running(large):
+            await beating(large)
 
-        def request() -> None:
-            began.set()
-            release.wait(5)
-
-        running = asyncio.ensure_future(large.run(request))
-        while not began.is_set():
-            await asyncio.sleep(0.001)
+    async def beating(large: _large.LargeRequests) -> None:
         heartbeat = asyncio.ensure_future(
             _app._heartbeat(cast(Any, Marks()), lambda: large.running_for() > limit, large.skip)
         )
@@ -258,9 +276,6 @@ def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
         assert large.running_for() > limit
         assert beats[-1] < clock[0]  # held: the request is stuck
         heartbeat.cancel()
-        release.set()
-        await running
-        large.close()
 
     asyncio.run(main())
 
@@ -278,22 +293,11 @@ def test_a_pause_before_a_large_request_began_is_not_given_to_it(
 
     async def main() -> None:
         large = _large.LargeRequests()
-        release, began = threading.Event(), threading.Event()
-
-        def request() -> None:
-            began.set()
-            release.wait(5)
-
         clock[0] = 200.5  # paused from 100 to 200; the request begins at 200.5
-        running = asyncio.ensure_future(large.run(request))
-        while not began.is_set():
-            await asyncio.sleep(0.001)
-        clock[0] = 201.0  # the heartbeat's turn: late by 100 s, none of it spent running
-        large.skip(100.0, 201.0, 100.0)
-        assert large.running_for() == 0.5
-        release.set()
-        await running
-        large.close()
+        async with _a_large_request_running(large):
+            clock[0] = 201.0  # the heartbeat's turn: late by 100 s, none of it spent running
+            large.skip(100.0, 201.0, 100.0)
+            assert large.running_for() == 0.5
 
     asyncio.run(main())
 
