@@ -280,6 +280,45 @@ def test_a_pause_of_the_whole_worker_is_no_large_requests_running_time(
     asyncio.run(main())
 
 
+def test_a_pause_right_after_a_busy_second_is_given_back_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large request burns CPU for a second, then the whole worker is paused for 10 s: the
+    heartbeat's loop turns often (WATCH_S), so the CPU of that second is not taken out of the
+    pause (with one turn a second, the request was said to have run 2 s, not 1, and with two
+    busy threads more: a short hung-worker limit then held the heartbeat falsely)."""
+    from npu_resolver_server import _app, _large
+
+    clock, cpu = [100.0], [5.0]
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], process_time=lambda: cpu[0])
+    monkeypatch.setattr(_large, "time", fake_time)
+    monkeypatch.setattr(_app, "time", fake_time)
+    monkeypatch.setattr(_app, "WATCH_S", 0.005)  # HEARTBEAT_S stays 1 s
+
+    class Marks:
+        def beat(self) -> None:
+            pass
+
+    async def main() -> None:
+        large = _large.LargeRequests()
+        async with _a_large_request_running(large):
+            heartbeat = asyncio.ensure_future(
+                _app._heartbeat(cast(Any, Marks()), lambda: False, large.skip)
+            )
+            await asyncio.sleep(0.02)
+            for _ in range(4):  # busy: 1 s of CPU in 1 s, two threads' worth at the end
+                clock[0] += 0.25
+                cpu[0] += 0.25
+                await asyncio.sleep(0.02)
+            cpu[0] += 0.25
+            clock[0] += 10.0  # paused
+            await asyncio.sleep(0.05)
+            heartbeat.cancel()
+            assert 1.0 <= large.running_for() <= 1.3, large.running_for()
+
+    asyncio.run(main())
+
+
 def test_a_pause_before_a_large_request_began_is_not_given_to_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

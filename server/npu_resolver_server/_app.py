@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import time
@@ -369,10 +370,14 @@ def _reload_every_worker(
 
 SUPERVISOR_POLL_S: Final = 1.0
 HEARTBEAT_S: Final = 1.0
+WATCH_S: Final = 0.1
+"""How often the heartbeat's loop turns (it beats every HEARTBEAT_S): the CPU a busy process
+spends in one turn's sleep is what a pause that follows it is misjudged by (see LATE_BEAT_S)."""
 LATE_BEAT_S: Final = 1.0
-"""A heartbeat turn this much later than due: the event loop did not run meanwhile. What of
-that time the process spent no CPU in either (the whole worker paused) is no large request's
-running time; a loop starved by a large request holding the interpreter is not a pause."""
+"""A turn of the heartbeat's loop this much later than due: the event loop did not run
+meanwhile. What of that time the process spent no CPU in either (the whole worker paused) is
+no large request's running time; a loop starved by a large request holding the interpreter is
+not a pause."""
 SAME_STOP_S: Final = 1.0
 """Under a supervisor, a stop signal this soon after the first is the same stop delivered
 twice: a signal to the process group (Ctrl-C, `kill -- -PGID`, systemd's control-group kill)
@@ -535,28 +540,31 @@ async def _heartbeat(
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
     a loop that never yields) from a busy one. A large request that has run too long
     (`stuck`) is a hang too: the requests waiting behind it would never be answered. A turn
-    over LATE_BEAT_S late gives `skipped` (since, until, seconds) the time meanwhile that the
-    process spent no CPU in (paused), which the supervisor too leaves out of its clock when the
-    whole server was paused."""
+    over LATE_BEAT_S late gives `skipped` (since, until, seconds) about the time meanwhile the
+    process spent no CPU in (paused, less at most the CPU of one turn's sleep), which the
+    supervisor too leaves out of its clock when the whole server was paused."""
     said = False
-    last, last_cpu = time.monotonic(), time.process_time()
+    watch = min(WATCH_S, HEARTBEAT_S)
+    last, last_cpu, beaten = time.monotonic(), time.process_time(), -math.inf
     while True:
         now, cpu = time.monotonic(), time.process_time()
-        if now - last > HEARTBEAT_S + LATE_BEAT_S:
-            idle = now - last - HEARTBEAT_S - (cpu - last_cpu)
-            if idle > 0:
-                skipped(last, now, idle)
+        late = now - last - watch
+        if late > LATE_BEAT_S and (idle := late - (cpu - last_cpu)) > 0:
+            skipped(last, now, idle)
         last, last_cpu = now, cpu
-        if not stuck():
-            marks.beat()
-            said = False
-        elif not said:
-            said = True
-            log.warning(
-                "a large request has run half the hung-worker limit: heartbeat held until it ends",
-                extra={"fields": {"event": "large_request_stuck"}},
-            )
-        await asyncio.sleep(HEARTBEAT_S)
+        if now - beaten >= HEARTBEAT_S:
+            beaten = now
+            if not stuck():
+                marks.beat()
+                said = False
+            elif not said:
+                said = True
+                log.warning(
+                    "a large request has run half the hung-worker limit: heartbeat held until "
+                    "it ends",
+                    extra={"fields": {"event": "large_request_stuck"}},
+                )
+        await asyncio.sleep(watch)
 
 
 async def _until_orphaned(
