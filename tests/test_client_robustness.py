@@ -5,6 +5,7 @@ real one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import math
 import pickle
@@ -1321,7 +1322,114 @@ def test_a_client_is_not_pickled_or_copied_and_says_what_to_do(
     """A copy would share the channel (closed with either: the other's next call raised a bare
     ValueError), and no channel crosses processes: a TypeError naming the client says so."""
     client = kind("127.0.0.1:9")
-    with pytest.raises(TypeError, match=f"a {kind.__name__} holds a gRPC channel and cannot be"):
+    with pytest.raises(TypeError, match=f"this {kind.__name__} holds a gRPC channel and cannot be"):
         how(client)
     if isinstance(client, ResolverClient):
         client.close()
+
+
+def _newer_report(resolution: Resolution) -> pb.ResolveResponse:
+    """The report of `resolution` as a newer server writes it: its first diagnostic's code one
+    this client does not know."""
+    report = resolution_to_proto(resolution)
+    report.diagnostics[0].code = "SOME_NEW_CODE"
+    return report
+
+
+def test_a_failure_whose_packed_report_holds_a_newer_value_keeps_its_violations() -> None:
+    """The request has errors and the server said so: its report, which this client cannot
+    read, is passed over, and the failure is still a ResolveError naming each error."""
+    resolution = resolve(TWO_ERRORS)
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        _abort_with(context, [_bad_request(resolution), _newer_report(resolution)], "errors")
+
+    with (
+        FakeResolver(resolve=handler) as server,
+        ResolverClient(server.target) as client,
+        pytest.raises(ResolveError) as info,
+    ):
+        client.resolve_request(TWO_ERRORS)
+    assert info.value.resolution is None
+    assert [v.reason for v in info.value.violations] == [d.code.value for d in resolution.errors]
+
+
+def test_a_report_asked_again_that_holds_a_newer_value_leaves_the_first_error() -> None:
+    """A report cut for room is asked for again; one this client cannot read does not turn
+    the request's errors into a client error: the ResolveError and its violations stand."""
+    resolution = resolve(TWO_ERRORS)
+
+    def handler(request: pb.ResolveRequest, context: grpc.ServicerContext) -> Any:
+        if request.validate_only:
+            return _newer_report(resolution)
+        cut = error_details_pb2.ErrorInfo(reason=REPORT_CUT, domain="npu.resolver.v1")
+        _abort_with(context, [_bad_request(resolution), cut], "the report is too large")
+        return None
+
+    with (
+        FakeResolver(resolve=handler) as server,
+        ResolverClient(server.target) as client,
+        pytest.raises(ResolveError) as info,
+    ):
+        client.resolve_request(TWO_ERRORS)
+    assert len(server.requests) == 2  # asked again
+    assert info.value.resolution is None and len(info.value.violations) == 2
+
+
+def test_a_busy_items_answer_holding_a_newer_value_fails_the_call_as_the_first_reply_would() -> (
+    None
+):
+    """Not the item's busy answer kept, as if the server had not answered it."""
+    calls = [0]
+
+    def handler(request: pb.ResolveBatchRequest, context: grpc.ServicerContext) -> Any:
+        calls[0] += 1
+        results = []
+        for item in request.requests:
+            if item.product == "atlas-a3" and calls[0] == 1:
+                results.append(pb.ResolveBatchResult(status=BUSY_ITEM))
+                continue
+            answer = resolution_to_proto(resolve(ResolveRequest("atlas-training", {"x": 1})))
+            if calls[0] > 1:
+                answer.diagnostics[0].code = "SOME_NEW_CODE"
+            results.append(pb.ResolveBatchResult(response=answer))
+        return pb.ResolveBatchResponse(results=results)
+
+    with pytest.raises(ResolverCallError, match="diagnostic code 'SOME_NEW_CODE'"):
+        _batch_through(handler)
+
+
+async def test_the_async_client_sends_each_busy_item_again_alone() -> None:
+    with FakeResolver(resolve_batch=_busy_batch("atlas-a3,atlas-350", 1)) as server:
+        async with AsyncResolverClient(server.target) as client:
+            answers = await client.resolve_batch(THREE)
+    assert [type(a) for a in answers] == [Resolution] * 3
+    assert server.batches == [["atlas-a2", "atlas-a3", "atlas-350"], ["atlas-a3"], ["atlas-350"]]
+
+
+def test_close_while_another_loop_opens_the_channel_leaves_none_open(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """close() while another thread's first call opens the channel: either the call is
+    refused as after close(), or close() closes the channel it opened; none is left open
+    (close() saw no channel yet and returned, and the call then opened one for good)."""
+    client = AsyncResolverClient(grpc_target)
+    opened: list[grpc.aio.Channel] = []
+
+    async def first_call() -> None:
+        with contextlib.suppress(ResolverClientError):
+            await client.list_products()
+        if client._channel is not None:
+            opened.append(client._channel)
+
+    client._opening.acquire()  # the first call's opening, held at its start
+    calling = threading.Thread(target=asyncio.run, args=(first_call(),))
+    calling.start()
+    time.sleep(0.1)  # the call waits to open the channel
+    closing = threading.Thread(target=asyncio.run, args=(client.close(),))
+    closing.start()
+    time.sleep(0.1)
+    client._opening.release()
+    for thread in (calling, closing):
+        thread.join(10)
+    assert all(channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN for channel in opened)

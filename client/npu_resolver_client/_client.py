@@ -455,8 +455,9 @@ class _BusyItems:
     pause up to a backoff growing from INITIAL_BACKOFF_S to MAX_BACKOFF_S), within the call's
     deadline. Each alone: an answer that names a place in its batch (one left out at the reply's
     size limit, or by the deadline) then names it as an item the caller can send on its own,
-    not a place in a batch it never sent. A resend that fails ends the resends, the items
-    keeping their last answers."""
+    not a place in a batch it never sent. A resend that fails (the server gone, the deadline)
+    ends the resends: the items not answered since keep their busy answers. An answer this
+    client cannot read fails the call, as in the first reply."""
 
     asked: list[ResolveRequest]
     sent: pb.ResolveBatchRequest
@@ -503,10 +504,14 @@ def _resolve_error(
 ) -> ResolveError:
     """The same error, its report holding the caller's own values (see restore_callers_values).
     `report` is the report asked for again when the status details had no room for it; one
-    that holds no error (the policy changed in between) does not explain the failure."""
+    that holds no error (the policy changed in between) does not explain the failure, nor
+    does one this client cannot read (a newer server's values: the violations stand)."""
     resolution, violations = error.resolution, error.violations
+    fetched = None
     if resolution is None and report is not None:
-        fetched = resolution_from_proto(report)
+        with contextlib.suppress(ResolverClientError):
+            fetched = resolution_from_proto(report)
+    if fetched is not None:
         if fetched.errors:
             resolution = fetched
         if len(violations) < len(fetched.errors):  # a list the server shortened to fit
@@ -825,13 +830,14 @@ class ResolverClient:
         items = _BusyItems(asked, sent, first, deadline, started)
         while (pause := items.pause()) is not None:
             time.sleep(pause)
-            try:
-                for index in items.busy:
-                    if (left := items.left()) <= 0:
-                        break
-                    items.answered(index, self._call("ResolveBatch", items.alone(index), left))
-            except ResolverClientError:
-                break
+            for index in items.busy:
+                if (left := items.left()) <= 0:
+                    break
+                try:
+                    reply = self._call("ResolveBatch", items.alone(index), left)
+                except ResolverClientError:
+                    return items.results  # the resends end: see _BusyItems
+                items.answered(index, reply)
         return items.results
 
     def diff(
@@ -872,7 +878,7 @@ def _not_copied(client: object) -> NoReturn:
     """Pickling or copying a client: a copy would share its channel (closed with either, or
     never) and no channel crosses processes."""
     raise TypeError(
-        f"a {type(client).__name__} holds a gRPC channel and cannot be pickled or copied: "
+        f"this {type(client).__name__} holds a gRPC channel and cannot be pickled or copied: "
         "create one in each process (after a fork, too) from its target"
     )
 
@@ -967,6 +973,7 @@ class AsyncResolverClient:
         _check_open(self._closed)
         loop = asyncio.get_running_loop()
         with self._opening:
+            _check_open(self._closed)  # again: close() may have run since
             if self._loop is not loop or self._channel is None or self._stub is None:
                 if self._loop is not None and not self._loop.is_closed():
                     raise not_sent(
@@ -980,6 +987,8 @@ class AsyncResolverClient:
                 self._stub = resolver_stub(self._channel)
                 self._loop = loop
                 if old is not None:  # left by a closed loop: closed here (its connection)
+                    # Those a closed loop ended before their callbacks ran are dropped here.
+                    self._old = {task for task in self._old if not task.done()}
                     task = loop.create_task(_close_quietly(old))
                     self._old.add(task)
                     task.add_done_callback(self._old.discard)
@@ -987,8 +996,9 @@ class AsyncResolverClient:
 
     async def close(self) -> None:
         """Closes the channel; calls in flight raise ResolverCallError CANCELLED."""
-        self._closed = True
-        channel, loop = self._channel, self._loop
+        with self._opening:  # a first call opening a channel now is done, or will see this
+            self._closed = True
+            channel, loop = self._channel, self._loop
         if channel is None or loop is None:
             return  # never opened
         if loop.is_closed():  # its calls are gone with it; its connection is not, until closed
@@ -1095,14 +1105,14 @@ class AsyncResolverClient:
         items = _BusyItems(asked, sent, first, deadline, started)
         while (pause := items.pause()) is not None:
             await asyncio.sleep(pause)
-            try:
-                for index in items.busy:
-                    if (left := items.left()) <= 0:
-                        break
+            for index in items.busy:
+                if (left := items.left()) <= 0:
+                    break
+                try:
                     reply = await self._call("ResolveBatch", items.alone(index), left)
-                    items.answered(index, reply)
-            except ResolverClientError:
-                break
+                except ResolverClientError:
+                    return items.results  # the resends end: see _BusyItems
+                items.answered(index, reply)
         return items.results
 
     async def diff(
