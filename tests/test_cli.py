@@ -1851,3 +1851,15 @@ def test_diff_leaves_out_notes_about_options_that_do_not_differ(tmp_path: Path) 
     assert proc.returncode == 0
     assert "ROUNDED [R-HCT-3] hccl_timeout" in proc.stdout
     assert "op_wait_timeout" not in proc.stdout  # its NORMALIZED note: the same on both
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [(("diff",), True), (("resolve",), False), (("products",), False), (("policy", "show"), False)],
+)
+def test_only_diff_says_its_reply_may_be_several_times_its_request(
+    command: tuple[str, ...], said: bool
+) -> None:
+    proc = run(*command, "--help")
+    assert proc.returncode == 0
+    assert ("a diff's reply may be several times" in " ".join(proc.stdout.split())) is said

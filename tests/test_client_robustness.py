@@ -1433,3 +1433,24 @@ def test_close_while_another_loop_opens_the_channel_leaves_none_open(
     for thread in (calling, closing):
         thread.join(10)
     assert all(channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN for channel in opened)
+
+
+def test_closes_of_replaced_channels_are_not_kept_once_done(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """A client used in one short-lived loop after another, each closed right after its call
+    (its close-of-the-old-channel task done, its discard callback never run): the finished
+    closes are dropped, not kept with their loops for the client's life."""
+    client = AsyncResolverClient(grpc_target)
+
+    async def opened() -> grpc.aio.Channel:
+        return client.channel
+
+    for _ in range(12):
+        loop = asyncio.new_event_loop()  # as a test runner makes one for each test
+        try:
+            loop.run_until_complete(opened())
+        finally:
+            loop.close()
+    assert len(client._old) <= 1
+    asyncio.run(client.close())
