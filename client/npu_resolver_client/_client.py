@@ -28,7 +28,7 @@ import numbers
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -467,7 +467,24 @@ class _BusyItems:
     attempts: int = 1
     busy: list[int] = field(default_factory=list)
 
-    def pause(self) -> float | None:
+    def resends(self) -> Iterator[tuple[float, int, pb.ResolveBatchRequest, float]]:
+        """Each resend: the pause before it (a round's backoff, before the round's first item),
+        the item's place, its batch of one and the seconds it has. The caller sends it and
+        gives its reply to answered(), or stops."""
+        while (pause := self._pause()) is not None:
+            for index in self.busy:
+                left = self.left() - pause
+                if left <= 0:
+                    break
+                yield (
+                    pause,
+                    index,
+                    pb.ResolveBatchRequest(requests=[self.sent.requests[index]]),
+                    left,
+                )
+                pause = 0.0
+
+    def _pause(self) -> float | None:
         """The pause before the next round, which sends each busy item (`busy`) again; None
         when no item is busy, the attempts are spent, or the deadline would pass first."""
         self.busy = [
@@ -487,9 +504,6 @@ class _BusyItems:
         if self.deadline is None:
             return math.inf
         return self.deadline - (time.monotonic() - self.started)
-
-    def alone(self, index: int) -> pb.ResolveBatchRequest:
-        return pb.ResolveBatchRequest(requests=[self.sent.requests[index]])
 
     def answered(self, index: int, response: pb.ResolveBatchResponse) -> None:
         """A busy item's new answer, at its place in the whole batch."""
@@ -828,16 +842,13 @@ class ResolverClient:
         sent = _batch(asked)
         first = _batch_results(self._call("ResolveBatch", sent, timeout), asked)
         items = _BusyItems(asked, sent, first, deadline, started)
-        while (pause := items.pause()) is not None:
+        for pause, index, alone, left in items.resends():
             time.sleep(pause)
-            for index in items.busy:
-                if (left := items.left()) <= 0:
-                    break
-                try:
-                    reply = self._call("ResolveBatch", items.alone(index), left)
-                except ResolverClientError:
-                    return items.results  # the resends end: see _BusyItems
-                items.answered(index, reply)
+            try:
+                reply = self._call("ResolveBatch", alone, left)
+            except ResolverClientError:
+                break  # the resends end: see _BusyItems
+            items.answered(index, reply)
         return items.results
 
     def diff(
@@ -1103,16 +1114,13 @@ class AsyncResolverClient:
         sent = _batch(asked)
         first = _batch_results(await self._call("ResolveBatch", sent, timeout), asked)
         items = _BusyItems(asked, sent, first, deadline, started)
-        while (pause := items.pause()) is not None:
+        for pause, index, alone, left in items.resends():
             await asyncio.sleep(pause)
-            for index in items.busy:
-                if (left := items.left()) <= 0:
-                    break
-                try:
-                    reply = await self._call("ResolveBatch", items.alone(index), left)
-                except ResolverClientError:
-                    return items.results  # the resends end: see _BusyItems
-                items.answered(index, reply)
+            try:
+                reply = await self._call("ResolveBatch", alone, left)
+            except ResolverClientError:
+                break  # the resends end: see _BusyItems
+            items.answered(index, reply)
         return items.results
 
     async def diff(

@@ -193,8 +193,7 @@ class Supervisor:
         self._paused = 0.0
         """Time the supervisor did not run, left out of its clock (see _tick)."""
         self._last_turn: float | None = None
-        self._turn_clock = 0.0
-        """The clock as the last turn read it."""
+        """When the last turn of the loop read the clock (monotonic)."""
 
     def _clock(self) -> float:
         """The supervisor's own clock: monotonic time less the time it did not run, as the
@@ -203,7 +202,7 @@ class Supervisor:
         read again when judging, it was taken for the worker's silence or delay."""
         if self._last_turn is None:  # before the loop's first turn
             return time.monotonic()
-        return self._turn_clock
+        return self._last_turn - self._paused
 
     def _tick(self) -> None:
         """A turn of the loop. A gap since the last one longer than PAUSE_S is time the
@@ -213,7 +212,6 @@ class Supervisor:
         if self._last_turn is not None and now - self._last_turn > PAUSE_S:
             self._paused += now - self._last_turn
         self._last_turn = now
-        self._turn_clock = now - self._paused
 
     def _kill_hung(self) -> None:
         """A worker whose heartbeat stopped (SIGSTOP, a loop that never yields) would keep its
@@ -287,7 +285,8 @@ class Supervisor:
         try:
             # A stop taken before the signals were blocked (its handler runs as the call
             # blocking them returns, at the latest) went to the workers there were: none is
-            # started after it, as it would never be told to stop.
+            # started after it (at the first start or a restart), as it would never be told
+            # to stop.
             if self.stopping:
                 return
             pid = os.fork()
@@ -402,9 +401,7 @@ class Supervisor:
         # start and the loop's first turn is then a gap that turn sees, not their start time.
         self._tick()
         for worker in range(self.settings.workers):
-            if self.stopping:  # stopped before every worker started: start no more
-                break
-            self._spawn(worker)
+            self._spawn(worker)  # none once a stop was taken (see _spawn)
         while self.children or (self._pending and not self.stopping):
             self._tick()
             self._reap()

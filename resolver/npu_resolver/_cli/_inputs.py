@@ -195,7 +195,7 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
     from .._content import CONTENT_RULES
 
     attached: dict[str, str] = {}
-    given = {option for option, _ in pairs(args.attach, "--attach", "OPTION=FILE")}
+    given = dict(pairs(args.attach, "--attach", "OPTION=FILE"))
     if args.read_files:
         for option in CONTENT_RULES:
             path = config.get(option)
@@ -212,7 +212,7 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
                     "which is not a file here; not attached",
                     file=sys.stderr,
                 )
-    for option, path in pairs(args.attach, "--attach", "OPTION=FILE"):
+    for option, path in given.items():
         if option not in CONTENT_RULES:
             known = ", ".join(CONTENT_RULES)
             raise UsageError(f"--attach {option}: only these options name a file: {known}")
