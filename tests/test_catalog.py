@@ -292,3 +292,15 @@ def test_diff_rows_are_options_some_column_has_and_same_compares_values_as_json(
     assert rows["dump_config"].same  # the same object, its keys in another order
     # A fingerprint tells a bool from the int it equals, whichever was hashed first.
     assert fingerprint("atlas-a2", {"x": True}) != fingerprint("atlas-a2", {"x": 1})
+
+
+def test_a_diff_narrowed_to_a_product_it_lacks_names_the_products_it_has() -> None:
+    from npu_resolver import diff
+
+    result = diff(ResolveRequest(product=""), ["atlas-a2", "atlas-training"])
+    narrowed = result.only(["atlas-training"])
+    assert narrowed.products == ("atlas-training",)
+    assert all(row.cells.keys() == {"atlas-training"} for row in narrowed.rows)
+    assert all(row.same for row in narrowed.rows)  # one column differs from nothing
+    with pytest.raises(ValueError, match=r"no column for 'atlas-a3'; .* atlas-a2, atlas-training"):
+        result.only(["atlas-training", "atlas-a3"])

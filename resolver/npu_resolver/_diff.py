@@ -135,7 +135,14 @@ class DiffResult:
 
     def only(self, products: Sequence[str]) -> DiffResult:
         """The same diff with only `products`' columns, their rows compared again: those of
-        this result (a server's, whose catalog may be newer), not the local catalog's."""
+        this result (a server's, whose catalog may be newer), not the local catalog's. A
+        product this result has no column for is a ValueError naming the ones it has."""
+        missing = [pid for pid in products if pid not in self.results]
+        if missing:
+            raise ValueError(
+                f"this diff has no column for {', '.join(map(repr, missing))}; "
+                f"its products are {', '.join(self.products)}"
+            )
         rows = []
         for row in self.rows:
             cells = {pid: row.cells.get(pid) for pid in products}
