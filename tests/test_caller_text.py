@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from npu_resolver import Code, ResolveRequest, resolve
+from npu_resolver._model import JSON
 from npu_resolver._options import ENV_VAR_RULES
 from npu_resolver._rules import RULES
 from npu_resolver_client.wire import NotSendableError, pb, request_to_proto
@@ -485,3 +486,22 @@ def test_a_choice_given_a_long_text_is_told_its_choices() -> None:
     answer = resolve(ResolveRequest("atlas-a2", {"jit_compile": "x" * (MAX_TEXT_VALUE + 1)}))
     [error] = answer.errors
     assert error.code is Code.INVALID_VALUE and "is not one of 'auto'" in error.message
+
+
+@pytest.mark.parametrize(
+    ("option", "given", "said"),
+    [
+        ("precision_mode_v2", 5, "precision_mode_v2 5 is not one of"),
+        ("ac_parallel_enable", 2, "ac_parallel_enable 2 is not one of '0', '1'"),
+        ("precision_mode_v2", "5", "precision_mode_v2 '5' is not one of"),
+        ("graph_run_mode", "3", "graph_run_mode '3' is not one of 0, 1"),
+    ],
+)
+def test_r_pm2_1_a_refused_choice_is_said_as_the_caller_wrote_it(
+    option: str, given: JSON, said: str
+) -> None:
+    """A number given for a text choice was read as text before it was refused; the message
+    shows what the request held (5), not the text it was read as ('5')."""
+    [error] = resolve(ResolveRequest("atlas-a2", {option: given})).errors
+    assert error.code is Code.INVALID_VALUE and error.option == option
+    assert error.message.startswith(said), error.message

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+import pytest
+
 from npu_resolver import (
     Code,
     Policy,
@@ -164,6 +166,24 @@ def test_explicit_over_env() -> None:
     assert codes(result) == [
         ("hccl_timeout", Code.ENV_OVERRIDDEN),
         ("session_device_id", Code.ENV_OVERRIDDEN),
+    ]
+
+
+@pytest.mark.parametrize("product", ["atlas-a2", "atlas-training"])
+def test_r_sdi_1_r_hct_2_an_answer_from_the_env_sent_back_beside_it_overrides_nothing(
+    product: str,
+) -> None:
+    """ENV_OVERRIDDEN says the option beat its variable: not so when both say the same, as
+    when a launcher sends back an answer taken from the job's variables beside them (on
+    atlas-training 544 beside HCCL_EXEC_TIMEOUT=600, which takes effect as 544: R-HCT-3)."""
+    env = {"ASCEND_DEVICE_ID": "3", "HCCL_EXEC_TIMEOUT": "600"}
+    first = resolve(ResolveRequest(product, {}, env=env))
+    again = resolve(ResolveRequest(product, dict(first.options), env=env))
+    assert again.options == first.options
+    assert not [d for d in again.diagnostics if d.code is Code.ENV_OVERRIDDEN]
+    other = resolve(ResolveRequest(product, {**first.options, "session_device_id": 4}, env=env))
+    assert [d.option for d in other.diagnostics if d.code is Code.ENV_OVERRIDDEN] == [
+        "session_device_id"
     ]
 
 

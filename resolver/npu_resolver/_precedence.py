@@ -192,7 +192,9 @@ def _unless_refused(asked: _Asked) -> Decision:
 
 def _explicit(asked: _Asked) -> Decision:
     """The caller's value. Notes on where a value came from only matter where the option
-    acts; elsewhere the gate's warning (step 6) is all there is to say."""
+    acts; elsewhere the gate's warning (step 6) is all there is to say. A variable that says
+    what the option says, once the product takes each (R-HCT-3 rounds both), overrides
+    nothing (the answer to a job's variable, sent back as the config beside it): not said."""
     given = asked.given
     if given is None:
         return _NEXT
@@ -200,8 +202,10 @@ def _explicit(asked: _Asked) -> Decision:
     env_rules: tuple[str, ...] = ()
     if asked.from_env is not None:
         env_rules = (option.env_rule,)
-        if asked.view.acts:
-            asked.state.emit(
+        state = asked.state
+        said = taken_as(state, option.name, asked.from_env)
+        if asked.view.acts and not _same(said, taken_as(state, option.name, given[0])):
+            state.emit(
                 Code.ENV_OVERRIDDEN,
                 option.name,
                 option.env_rule,

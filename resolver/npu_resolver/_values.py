@@ -447,7 +447,9 @@ def parse_in_full(
         return Problem(
             Code.INVALID_VALUE,
             option.rule,
-            f"{option.name} {show(value)} is not one of {listed}; pick one of them.",
+            # As the caller wrote it: 5, not the '5' it was read as.
+            f"{option.name} {show(raw if converted else value)} is not one of {listed}; "
+            "pick one of them.",
             _closest(value, option.choices),
         )
     rng = view.range
