@@ -54,6 +54,7 @@ def memoized(check: Callable[[str], _T]) -> Callable[[str], _T]:
 
 
 _INT: Final = re.compile(r"[0-9]+")
+_SIGNED_INT: Final = re.compile(r"[+-]?[0-9]+")
 SMP_ENGINES: Final = ("DNN_VM_AICPU", "AIcoreEngine")
 IMPLMODE_OPTYPES: Final = ("Pooling", "SoftmaxV2", "LRN", "ROIAlign")
 
@@ -93,10 +94,12 @@ def stream_max_parallel_num(value: str) -> str | None:
 def aicore_num(value: str) -> str | None:
     """R-ACN-1: 'CUBE|VECTOR', both integers greater than 0."""
     cube, sep, vector = value.partition("|")
-    if not sep or not _INT.fullmatch(cube.strip()) or not _INT.fullmatch(vector.strip()):
+    counts = (cube.strip(), vector.strip())
+    if not sep or not all(_SIGNED_INT.fullmatch(count) for count in counts):
         return "expected 'CUBE|VECTOR' with two integers, e.g. '2|4'"
-    if _magnitude(cube.strip()) < _ONE or _magnitude(vector.strip()) < _ONE:
-        return "both core counts must be greater than 0"
+    if any(count[0] in "+-" or _magnitude(count) < _ONE for count in counts):
+        # A sign is written by no count the source shows ('2|4'); -1 is told the rule it breaks.
+        return "both core counts must be integers greater than 0, written without a sign"
     return None
 
 
