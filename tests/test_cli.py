@@ -1604,6 +1604,8 @@ def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
         ("debug_dir", "atlas-a2", "a path (see the rules)"),
         ("distribute", "atlas-a2", "a config object"),  # R-DIST-1: not 'any', which it refuses
         ("hccl_timeout", "atlas-training", "(0, 17340]"),
+        ("local_rank_id", "atlas-a2", "[0, +inf)"),  # R-LRI-1: no upper bound, said as one
+        ("iterations_per_loop", "atlas-a2", "[1, +inf)"),
     ],
 )
 def test_explain_says_what_each_product_allows(option: str, product: str, allowed: str) -> None:

@@ -14,7 +14,7 @@ from .._fingerprint import fragment
 from .._model import CATALOG_VERSION, JSON
 from .._paths import FOLDER_OPTIONS
 from .._rules import RULES
-from .._schema import OptType
+from .._schema import OptType, Range
 from ._render import columns, cut_to, padded, shown
 
 if TYPE_CHECKING:
@@ -107,9 +107,8 @@ def render_explain(name: str, product: str | None, *, as_json: bool = False) -> 
         modes = ", ".join(s["modes"]) if s["supported"] else "not supported"
         defaults = f"{_value(s['defaults']['training'])} / {_value(s['defaults']['inference'])}"
         allowed = ", ".join(_value(v) for v in s["allowed_values"])
-        if s["minimum"] is not None or s["maximum"] is not None:
-            low = "(" if s["minimum_exclusive"] else "["
-            allowed = f"{low}{_value(s['minimum'])}, {_value(s['maximum'])}]"
+        if s["minimum"] is not None or s["maximum"] is not None:  # as a refusal writes it
+            allowed = Range("", s["minimum"], s["maximum"], s["minimum_exclusive"]).text()
         notes = [f"not {v} ({r})" for v, r in s["unsupported_values"].items()]
         notes += [f"{r['value']} not in {r['mode']} ({r['rule']})" for r in s["mode_restrictions"]]
         effective = s["effective_defaults"]
