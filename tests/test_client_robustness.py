@@ -35,13 +35,22 @@ from npu_resolver_client import (
     channel_options,
 )
 from npu_resolver_client import _client as client_module
-from npu_resolver_client.wire import REPORT_CUT, pb, request_to_proto, resolution_to_proto
+from npu_resolver_client.wire import (
+    REPORT_CUT,
+    pb,
+    request_to_proto,
+    resolution_to_proto,
+    violation_field,
+)
 from npu_resolver_server import ServerSettings
 from tests._server import ThreadServer, grpc_server, grpc_target  # noqa: F401
 
 SERVICE = "npu.resolver.v1.Resolver"
 TWO_ERRORS = ResolveRequest(
-    product="atlas-training", config={"hccl_timeout": 17341, "precision_mode": "bogus"}
+    product="atlas-training",
+    config={"hccl_timeout": 17341, "graph_run_mode": 0},
+    env={"AOE_MODE": "2"},  # R-AOE-1: an error under strict, on aoe_mode, from the variable
+    strict=True,
 )
 Handler = Callable[[Any, grpc.ServicerContext], Any]
 
@@ -140,10 +149,11 @@ def _abort_with(context: grpc.ServicerContext, details: list[message.Message], t
 
 
 def _bad_request(resolution: Resolution, keep: int | None = None) -> error_details_pb2.BadRequest:
-    """The BadRequest the server sends for a report, its list cut to `keep` violations."""
+    """The BadRequest the server sends for TWO_ERRORS' report, its list cut to `keep`
+    violations."""
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
-            field=f"config.{d.option}", reason=d.code.value, description=d.message
+            field=violation_field(d, TWO_ERRORS), reason=d.code.value, description=d.message
         )
         for d in resolution.errors
     ]
@@ -599,6 +609,7 @@ def test_a_report_left_out_of_the_details_is_asked_for_again(grpc_target: str) -
         error = info.value
         assert _json(error.resolution) == _json(packed.resolution)
         assert error.violations == packed.violations  # all of them, not the one sent
+        assert [v.field for v in error.violations] == ["config.hccl_timeout", "env.AOE_MODE"]
         assert error.diagnostics == packed.diagnostics
         assert error.code is grpc.StatusCode.INVALID_ARGUMENT
         assert error.details == "the report is too large"

@@ -158,6 +158,15 @@ def test_client_raises_one_error_type_with_the_report(client: ResolverClient) ->
             "env.HCCL_EXEC_TIMEOUT",
         ),
         (ResolveRequest(product="atlas-a2", config={"precison_mode": 1}), "config.precison_mode"),
+        # R-AOE-1 under strict: the value came from the job's AOE_MODE, not from the config.
+        (
+            ResolveRequest("atlas-a2", {"graph_run_mode": 0}, {"AOE_MODE": "2"}, strict=True),
+            "env.AOE_MODE",
+        ),
+        (
+            ResolveRequest("atlas-a2", {"aoe_mode": "2", "graph_run_mode": 0}, strict=True),
+            "config.aoe_mode",
+        ),
         (ResolveRequest(product="atlas-a2", attachments={"nope": "x"}), "attachments.nope"),
         (ResolveRequest(product="atlas-a2", workdir="/job\x00/x"), "workdir"),
         (ResolveRequest(product="atlas-a2", config={"workdir": "/x"}), "config.workdir"),
@@ -380,6 +389,24 @@ def test_diff_and_batch_through_a_policy_server_keep_the_profile_and_say_the_ver
     )
     assert remote.results["atlas-a2"].options["hccl_timeout"] == 7200
     assert batch.policy_version == policy.version != ""
+
+
+def test_r_pm_3_an_error_on_a_value_the_policy_gave_names_the_profile_in_its_violation() -> None:
+    """The config held no precision_mode: the violation names the field that chose the value
+    (the profile), in the status and in a report the client rebuilds alike; the caller's own
+    value of it is named in the config."""
+    policy = npu_resolver.parse_policy(
+        '[profiles.inf.locked]\nprecision_mode = "force_fp16"\n', "policy.toml"
+    )
+    from_policy = ResolveRequest(product="atlas-a2", profile="inf")
+    own = ResolveRequest(product="atlas-a2", config={"precision_mode": "force_fp16"})
+    with ThreadServer(policy=policy) as server, ResolverClient(server.target) as client:
+        for request_, field in ((from_policy, "profile"), (own, "config.precision_mode")):
+            with pytest.raises(ResolveError) as info:
+                client.resolve_request(request_)
+            assert [(v.field, v.reason) for v in info.value.violations] == [
+                (field, "UNSUPPORTED_VALUE")
+            ]
 
 
 def test_a_locked_value_keeps_the_callers_own_json_in_requested_through_a_server() -> None:

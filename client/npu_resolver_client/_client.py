@@ -530,7 +530,12 @@ def _resolve_error(
             resolution = fetched
         if len(violations) < len(fetched.errors):  # a list the server shortened to fit
             violations = tuple(
-                FieldViolation(violation_field(d), d.code.value, d.message) for d in fetched.errors
+                FieldViolation(
+                    violation_field(d, request, policy_version=fetched.policy_version),
+                    d.code.value,
+                    d.message,
+                )
+                for d in fetched.errors
             )
     restored = ResolveError(error.details, _restored(resolution, request), violations)
     restored.report_cut = error.report_cut

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf import any_pb2, message
 from google.rpc import error_details_pb2, status_pb2
 
-from npu_resolver import Resolution, Severity
+from npu_resolver import Resolution, ResolveRequest, Severity
 from npu_resolver.text import cut_text
 from npu_resolver_client.wire import REPORT_CUT, pb, violation_field
 
@@ -83,19 +83,23 @@ def trailer_bytes(message: str, details_size: int) -> int:
     return len(sent) + 2 * len(sent.translate(None, _SENT_AS_IS)) + 4 * -(-details_size // 3)
 
 
-def error_answer(resolution: Resolution, response: bytes) -> Answer:
-    """INVALID_ARGUMENT with a BadRequest (one violation per error) and the full response (a
-    serialized ResolveResponse). A batch item carries it whole in the reply's body; a unary
-    reply cuts it to fit a trailer when sent (fit_trailer)."""
+def error_answer(
+    resolution: Resolution, response: bytes, request: ResolveRequest | None = None
+) -> Answer:
+    """INVALID_ARGUMENT with a BadRequest (one violation per error, naming the `request`'s field
+    that gave the value: see violation_field) and the full response (a serialized
+    ResolveResponse). A batch item carries it whole in the reply's body; a unary reply cuts it
+    to fit a trailer when sent (fit_trailer)."""
     errors = resolution.errors
+    fields = [violation_field(d, request, policy_version=resolution.policy_version) for d in errors]
     violations = [
         error_details_pb2.BadRequest.FieldViolation(
-            field=violation_field(d), reason=d.code.value, description=d.message
+            field=named, reason=d.code.value, description=d.message
         )
-        for d in errors
+        for named, d in zip(fields, errors, strict=True)
     ]
     first = errors[0]
-    text = cut(f"{violation_field(first)}: {first.code.value}: {first.message}")
+    text = cut(f"{fields[0]}: {first.code.value}: {first.message}")
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     bad_request = error_details_pb2.BadRequest(field_violations=violations)
@@ -186,10 +190,12 @@ def cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return cut_text(text, limit)
 
 
-def resolution_answer(resolution: Resolution, validate_only: bool) -> Answer:
+def resolution_answer(
+    resolution: Resolution, validate_only: bool, request: ResolveRequest | None = None
+) -> Answer:
     response = encode_resolution(resolution)
     if not validate_only and any(d.severity is Severity.ERROR for d in resolution.diagnostics):
-        return error_answer(resolution, response)
+        return error_answer(resolution, response, request)
     return Answer(
         grpc.StatusCode.OK,
         payload=response,

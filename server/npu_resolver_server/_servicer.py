@@ -406,7 +406,7 @@ class ResolverService:
             report = _config_refused(message_, refused, policy)
             return resolution_answer(report, message_.validate_only)
         return resolution_answer(
-            npu_resolver.resolve(request, policy=policy), request.validate_only
+            npu_resolver.resolve(request, policy=policy), request.validate_only, request
         )
 
     def _unread_config(self, why: Literal["deep", "wide"]) -> RefusedError:
