@@ -85,6 +85,13 @@ def test_unused_rule_id_is_refused() -> None:
         ("ATLAS_300I-duo", "atlas-300i-duo"),
         ("atlas 350", "atlas-350"),
         ("Atlas 训练系列产品", "atlas-training"),
+        # Any space: a no-break or full-width one (names copied from the source's pages), a
+        # line's end (a name read from a file); full-width forms as their ASCII ones.
+        ("Atlas\u00a0A2", "atlas-a2"),
+        ("Atlas\u3000A3", "atlas-a3"),
+        ("atlas-350\n", "atlas-350"),
+        ("Ａｔｌａｓ　Ａ２", "atlas-a2"),
+        ("Ascend910Ｂ３", "atlas-a2"),
     ],
 )
 def test_product_aliases_ignore_case_spaces_dashes_underscores(alias: str, pid: str) -> None:

@@ -10,6 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+from unicodedata import normalize
 
 from ._model import keep, plain_text
 
@@ -115,12 +116,14 @@ NEW_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.NEW)
 LEGACY_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.LEGACY)
 
 
-_IGNORED: Final = str.maketrans("", "", " -_\t")
+_IGNORED: Final = str.maketrans("", "", "-_")
 
 
 def alias_key(text: str) -> str:
-    """Case, spaces, '-' and '_' do not distinguish product names."""
-    return text.casefold().translate(_IGNORED)
+    """Case, spaces, '-' and '_' do not distinguish product names: any space (a no-break or
+    full-width one, as names copied from the source's pages hold, or a file's newline), and
+    their full-width forms (NFKC: 'Ａｔｌａｓ　Ａ２' is 'Atlas A2')."""
+    return "".join(normalize("NFKC", text).casefold().split()).translate(_IGNORED)
 
 
 def names(product: Product) -> tuple[str, ...]:
