@@ -505,3 +505,41 @@ def test_r_pm2_1_a_refused_choice_is_said_as_the_caller_wrote_it(
     [error] = resolve(ResolveRequest("atlas-a2", {option: given})).errors
     assert error.code is Code.INVALID_VALUE and error.option == option
     assert error.message.startswith(said), error.message
+
+
+def test_r_pm2_3_r_pm_4_a_suggested_value_is_one_this_product_takes() -> None:
+    """A misspelt choice is told the closest value only when this product takes it in some
+    mode: 'mixed_hif' was told 'mixed_hif8', which no product supports today (R-PM2-3), and
+    'mixed_bfloat' on atlas-training 'mixed_bfloat16', which it lacks (R-PM2-2)."""
+    from npu_resolver import CATALOG, PRODUCTS
+
+    told = 0
+    for product in PRODUCTS:
+        for option in CATALOG.options:
+            for choice in option.choices:
+                if (
+                    not isinstance(choice, str)
+                    or len(choice) < 4
+                    or option.name == "graph_run_mode"
+                ):
+                    continue
+                [error] = resolve(ResolveRequest(product.id, {option.name: choice[:-1]})).errors
+                if not error.suggestion:
+                    continue
+                told += 1
+                taken = [
+                    resolve(
+                        ResolveRequest(
+                            product.id, {option.name: error.suggestion, "graph_run_mode": mode}
+                        )
+                    )
+                    for mode in (0, 1)
+                ]
+                refused = [
+                    [d for d in answer.errors if d.code is Code.UNSUPPORTED_VALUE]
+                    for answer in taken
+                ]
+                assert not all(refused), (product.id, option.name, error.suggestion)
+    assert told > 100  # most misspellings are still told a value
+    spelt = resolve(ResolveRequest("atlas-350", {"precision_mode_v2": "mixed_hif"}))
+    assert [(d.code, d.suggestion) for d in spelt.errors] == [(Code.INVALID_VALUE, "")]

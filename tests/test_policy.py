@@ -736,3 +736,35 @@ def test_r_pm_3_policy_check_blames_a_refused_lock_for_its_error_only() -> None:
     policy = parse_policy('[profiles.default.locked]\nprecision_mode = "force_fp16"\n')
     said = [s.text for s in npu_resolver.diagnostics_from_policy(policy)]
     assert len(said) == 1 and "ERROR UNSUPPORTED_VALUE (R-PM-3)" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("defaults", "option", "settled"),
+    [
+        (
+            'precision_mode = "allow_fp32_to_fp16"\nprecision_mode_v2 = "fp16"',
+            "precision_mode",
+            {"precision_mode_v2": "fp16"},
+        ),
+        (
+            "iterations_per_loop = 10\nmix_compile_mode = true",
+            "iterations_per_loop",
+            {"iterations_per_loop": 1},
+        ),
+        ('variable_placement = "Host"', "variable_placement", {"mix_compile_mode": False}),
+    ],
+)
+def test_r_prec_1_r_ipl_2_r_vpl_2_a_conflict_the_policys_defaults_make_says_so(
+    defaults: str, option: str, settled: dict[str, object]
+) -> None:
+    """A job that set none of the options is told that the policy's defaults made the conflict
+    (and where), and that its own value takes their place; one that does so is resolved."""
+    policy = parse_policy(f"[profiles.default.defaults]\n{defaults}\n")
+    [error] = resolve(ResolveRequest("atlas-a2"), policy=policy).errors
+    assert error.code.value == "CONFLICT" and error.option == option
+    assert "The policy's defaults set " in error.message
+    assert "[profiles.default.defaults]" in error.message
+    assert "takes the place of the policy's default" in error.message
+    assert resolve(ResolveRequest("atlas-a2", settled), policy=policy).ok
+    own = resolve(ResolveRequest("atlas-a2", {"variable_placement": "Host"}))
+    assert "policy" not in own.errors[0].message  # the job's own conflict says nothing of it

@@ -221,7 +221,12 @@ def precision_conflict(state: State) -> None:
                 f"{both}; the policy locks precision_mode_v2, so remove precision_mode.",
             )
         else:
-            state.conflict("precision_mode", "R-PREC-1", f"{both}; keep only precision_mode_v2.")
+            state.conflict(
+                "precision_mode",
+                "R-PREC-1",
+                f"{both}; keep only precision_mode_v2."
+                + _policy_sides(state, ("precision_mode", "precision_mode_v2")),
+            )
 
 
 def clash_stands(
@@ -301,6 +306,27 @@ def _superseded(name: str, slot: Slot, by: str) -> str:
     )
 
 
+def _policy_sides(state: State, names: tuple[str, ...]) -> str:
+    """A conflict the policy's defaults make (on their own, or with the documented default of
+    the other side) reaches jobs that never wrote either option: said, with where the job can
+    settle it. Empty when the job or a lock set a side (its message says what to remove)."""
+    slots = [(name, state.slots.get(name)) for name in names]
+    sides = [
+        (name, slot) for name, slot in slots if slot is not None and slot.source is Source.POLICY
+    ]
+    if not sides or any(
+        slot is not None and slot.is_set and slot.source is not Source.POLICY
+        for _, slot in slots
+    ):
+        return ""
+    said = " and ".join(f"{name} {show(slot.value)} ({slot.detail})" for name, slot in sides)
+    which = "it" if len(sides) == 1 else "either"
+    return (
+        f" The policy's defaults set {said}, not the job: a value the job sets for {which} "
+        "takes the place of the policy's default."
+    )
+
+
 def _needs(
     state: State, name: str, rule: str, message: str, ok: bool, *, reads: tuple[str, ...]
 ) -> None:
@@ -324,7 +350,8 @@ def loop_with_mixed_compute(state: State) -> None:
             "iterations_per_loop",
             "R-IPL-2",
             f"iterations_per_loop {state.value('iterations_per_loop')} is not allowed with "
-            "mix_compile_mode true; set iterations_per_loop 1 or turn mix_compile_mode off.",
+            "mix_compile_mode true; set iterations_per_loop 1 or turn mix_compile_mode off."
+            + _policy_sides(state, names),
         )
 
 
@@ -346,7 +373,7 @@ def loop_sinking_needs_getnext(state: State) -> None:
             "enable_data_pre_proc false keeps GetNext on the host, but iterations_per_loop "
             f"{state.value('iterations_per_loop')} sinks the training loop to the NPU, which "
             "needs GetNext sunk too; set enable_data_pre_proc true (its default) or "
-            "iterations_per_loop 1.",
+            "iterations_per_loop 1." + _policy_sides(state, names),
         )
 
 
@@ -366,7 +393,8 @@ def host_placement_needs_mixed_compute(state: State) -> None:
             "variable_placement",
             "R-VPL-2",
             "variable_placement 'Host' needs mix_compile_mode true; "
-            "set mix_compile_mode true or place variables on the Device.",
+            "set mix_compile_mode true or place variables on the Device."
+            + _policy_sides(state, names),
         )
 
 

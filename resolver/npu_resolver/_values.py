@@ -374,6 +374,17 @@ def _closest(value: JSON, choices: tuple[JSON, ...]) -> str:
     return closest(text, words, cutoff=0.5)
 
 
+def _usable(view: OptionView, suggestion: str) -> str:
+    """The suggestion, unless this product or version refuses it ('mixed_hif8' for 'mixed_hif':
+    no product supports it today): a suggestion is a value to write. A value only one mode
+    refuses is still suggested, as the mode is read from the same config."""
+    for choice in view.option.choices:
+        if str(choice) == suggestion:
+            gate = view.blocked(choice)
+            return suggestion if gate is None or gate.mode is not None else ""
+    return suggestion
+
+
 def _read_as(option: Option, rule: str, raw: JSON, value: JSON) -> Problem:
     """The NORMALIZED note on a value given in another form than the one it is read as."""
     return Problem(
@@ -450,7 +461,7 @@ def parse_in_full(
             # As the caller wrote it: 5, not the '5' it was read as.
             f"{option.name} {show(raw if converted else value)} is not one of {listed}; "
             "pick one of them.",
-            _closest(value, option.choices),
+            _usable(view, _closest(value, option.choices)),
         )
     rng = view.range
     if rng is not None and isinstance(value, int) and not rng.contains(value):
