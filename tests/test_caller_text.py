@@ -19,6 +19,7 @@ from npu_resolver import Code, ResolveRequest, resolve
 from npu_resolver._model import JSON
 from npu_resolver._options import ENV_VAR_RULES
 from npu_resolver._rules import RULES
+from npu_resolver_client import ResolverClient
 from npu_resolver_client.wire import NotSendableError, pb, request_to_proto
 from tests._server import grpc_server, grpc_target  # noqa: F401
 from tests.test_cli import run
@@ -412,6 +413,8 @@ DIGIT_RUNS: list[tuple[str, dict[str, Any], bool]] = [
         False,
     ),
     ("R-DEP-8 padded", {"dynamic_input": True, "dynamic_inputs_shape_range": "data:[09~10]"}, True),
+    ("R-HCT-1 padded", {"hccl_timeout": "0" * 4_300 + "1"}, True),  # read as 1, NORMALIZED
+    ("R-SDI-1 padded", {"session_device_id": "+" + "0" * 4_300 + "3"}, True),
 ]
 
 
@@ -432,6 +435,21 @@ def test_digit_runs_past_int_limit_are_judged_as_numbers_in_process_and_on_the_w
     request = pb.ResolveRequest(product="atlas-a2", config_json=text, validate_only=True)
     reply = pb.ResolveResponse.FromString(_raw(grpc_target, "Resolve", request.SerializeToString()))
     assert reply.ok is valid and reply.fingerprint == local.fingerprint
+
+
+def test_r_hct_2_r_sdi_1_a_variable_of_zeros_past_int_limit_is_its_number_on_the_wire(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """HCCL_EXEC_TIMEOUT and ASCEND_DEVICE_ID of 4,300 zeros then 1 are 1 (int() refused the
+    text, and a batch holding such an item failed whole as INTERNAL)."""
+    padded = "0" * 4_300 + "1"
+    env = {"HCCL_EXEC_TIMEOUT": padded, "ASCEND_DEVICE_ID": padded}
+    local = resolve(ResolveRequest("atlas-a2", env=env))
+    assert local.ok and local.options["hccl_timeout"] == local.options["session_device_id"] == 1
+    items = [ResolveRequest("atlas-a2", env=env), ResolveRequest("atlas-a3")]
+    with ResolverClient(grpc_target) as client:
+        answers = client.resolve_batch(items)
+    assert [a.to_json() for a in answers] == [resolve(r).to_json() for r in items]
 
 
 def test_a_policy_value_past_int_limit_in_a_grammar_loads_as_its_number_says() -> None:

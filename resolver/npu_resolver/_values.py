@@ -41,8 +41,10 @@ nested too deep all the same, so the answer is the one in process."""
 MAX_SHOWN: Final = 60
 _MAX_QUOTED_BITS: Final = 192
 """An int this long (58 digits) is still repeated whole in a message's fix."""
-_INT_TEXT: Final = re.compile(r"[+-]?0*[0-9]{1,19}")
-"""An integer as text; leading zeros ("007") read as the number they pad."""
+_INT_TEXT: Final = re.compile(r"([+-]?)0*([0-9]{1,19})")
+"""An integer as text; leading zeros ("007") read as the number they pad, and only the sign
+and digits after them are converted: int() refuses text of over 4,300 digits, which zeros
+alone can make."""
 _LONG_INT_TEXT: Final = re.compile(r"([+-]?)0*+[0-9]{20,}+")
 """An integer of 20 digits or more: beyond ±2^53, past every finite bound of the catalog."""
 _TRUE: Final = frozenset({"true", "True", "TRUE", "1"})
@@ -298,8 +300,9 @@ def _coerce(option: Option, given: JSON) -> tuple[JSON, bool] | Problem:
             return raw, False
         if isinstance(raw, float) and raw.is_integer() and abs(raw) <= MAX_EXACT_INT:
             return int(raw), True
-        if isinstance(raw, str) and _INT_TEXT.fullmatch(raw.strip()):
-            return int(raw.strip()), True
+        number = _INT_TEXT.fullmatch(raw.strip()) if isinstance(raw, str) else None
+        if number is not None:
+            return int(number[1] + number[2]), True
         return _invalid(option, raw, "an integer")
     if kind is OptType.BOOL:
         if isinstance(raw, bool):
