@@ -133,6 +133,10 @@ _DIM: Final = r"(?:-1|[0-9]+(?:~[0-9]+)?)"
 _SHAPE: Final = rf"\[(?:\s*{_DIM}\s*(?:,\s*{_DIM}\s*)*)?\]"
 _SHAPES: Final = rf"{_SHAPE}(?:,{_SHAPE})*"
 _SHAPE_RANGE: Final = re.compile(rf"(getnext|data):{_SHAPES}(?:;(getnext|data):{_SHAPES})*")
+_RANGE_DIM: Final = re.compile(r"(?<![0-9])([0-9]++)~([0-9]++)")
+"""A checked value's a~b dimensions. Each match starts where a number does: a search from
+every digit of a run with no '~' after it read the rest of the run each time (65,000 digits,
+a value under the length bound, took 10 s)."""
 
 
 @memoized
@@ -147,7 +151,7 @@ def shape_range(value: str) -> str | None:
     tags = [part.split(":", 1)[0] for part in text.split(";")]
     if len(set(tags)) != len(tags):
         return "each tag (getnext, data) may appear once"
-    for low, high in re.findall(r"([0-9]+)~([0-9]+)", text):
+    for low, high in _RANGE_DIM.findall(text):
         if _magnitude(low) > _magnitude(high):
             return f"the range {low}~{high} is empty"
     return None
