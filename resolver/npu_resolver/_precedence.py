@@ -194,7 +194,8 @@ def _explicit(asked: _Asked) -> Decision:
     """The caller's value. Notes on where a value came from only matter where the option
     acts; elsewhere the gate's warning (step 6) is all there is to say. A variable that says
     what the option says, once the product takes each (R-HCT-3 rounds both), overrides
-    nothing (the answer to a job's variable, sent back as the config beside it): not said."""
+    nothing (the answer to a job's variable, sent back as the config beside it): not said; nor
+    is a value the product refuses said to win (step 6 refuses it, and neither acts)."""
     given = asked.given
     if given is None:
         return _NEXT
@@ -204,7 +205,8 @@ def _explicit(asked: _Asked) -> Decision:
         env_rules = (option.env_rule,)
         state = asked.state
         said = taken_as(state, option.name, asked.from_env)
-        if asked.view.acts and not _same(said, taken_as(state, option.name, given[0])):
+        wins = asked.view.acts and asked.view.blocked(given[0]) is None  # else step 6 refuses it
+        if wins and not _same(said, taken_as(state, option.name, given[0])):
             state.emit(
                 Code.ENV_OVERRIDDEN,
                 option.name,
