@@ -315,8 +315,7 @@ def _policy_sides(state: State, names: tuple[str, ...]) -> str:
         (name, slot) for name, slot in slots if slot is not None and slot.source is Source.POLICY
     ]
     if not sides or any(
-        slot is not None and slot.is_set and slot.source is not Source.POLICY
-        for _, slot in slots
+        slot is not None and slot.is_set and slot.source is not Source.POLICY for _, slot in slots
     ):
         return ""
     said = " and ".join(f"{name} {show(slot.value)} ({slot.detail})" for name, slot in sides)
