@@ -424,6 +424,35 @@ def test_a_locked_value_keeps_the_callers_own_json_in_requested_through_a_server
     assert entry.requested == 600.0 and type(entry.requested) is float
 
 
+def test_a_policys_objects_and_a_forced_requested_come_back_as_in_process() -> None:
+    """A policy's object travels as a Struct (no key order, numbers as doubles): the policy
+    holds it as carried (keys sorted, 2.0 as 2) and the client sorts what it reads, so the
+    answer equals the in-process one whatever order the map came in. A value a rule replaced
+    (R-EXD-2, FORCED) keeps the caller's 0.0 in `requested`, as a lock's does."""
+    policy = npu_resolver.parse_policy(
+        "[profiles.obj.defaults]\n"
+        "profiling_config = {zeta = 1, alpha = 2.0, mid = [3.0, {b = 1, a = 2}]}\n"
+        "[profiles.obj.locked]\ndump_config = {zz = 1, aa = 2}\n",
+        "policy.toml",
+    )
+    objects = ResolveRequest(product="atlas-a2", profile="obj")
+    forced = ResolveRequest(
+        product="atlas-a3", config={"enable_exception_dump": 0.0}, env={"NPU_COLLECT_PATH": "/d"}
+    )
+    with ThreadServer(policy=policy) as server, ResolverClient(server.target) as client:
+        remote = [client.resolve_request(objects), client.resolve_request(forced)]
+    local = [resolve(objects, policy=policy), resolve(forced, policy=policy)]
+    assert [json.dumps(r.to_json()) for r in remote] == [json.dumps(r.to_json()) for r in local]
+    assert local[0].options["profiling_config"] == {
+        "alpha": 2,
+        "mid": [3, {"a": 2, "b": 1}],
+        "zeta": 1,
+    }
+    assert list(local[0].options["dump_config"]) == ["aa", "zz"]
+    requested = remote[1].provenance["enable_exception_dump"].requested
+    assert requested == 0.0 and type(requested) is float
+
+
 def replace_validate(request_: ResolveRequest) -> ResolveRequest:
     from dataclasses import replace
 

@@ -98,8 +98,8 @@ def value_to_py(value: struct_pb2.Value) -> JSON:
         return value.string_value
     if kind == "bool_value":
         return value.bool_value
-    if kind == "struct_value":
-        return struct_to_py(value.struct_value)
+    if kind == "struct_value":  # keys in order: a map on the wire keeps none (see as_carried)
+        return {key: value_to_py(v) for key, v in sorted(value.struct_value.fields.items())}
     if kind == "list_value":
         return [value_to_py(v) for v in value.list_value.values]
     return None
@@ -481,16 +481,19 @@ def _same_json(a: JSON, b: JSON) -> bool:
     return type(a) is type(b) and a == b
 
 
-_CALLERS_VALUE: Final = frozenset({Source.USER, Source.POLICY_LOCKED})
+_CALLERS_VALUE: Final = frozenset({Source.USER, Source.POLICY_LOCKED, Source.DERIVED})
+"""The sources whose `requested` is the caller's value when the config holds the option: a
+lock or a rule (FORCED) replaced it."""
 
 
 def restore_callers_values(resolution: Resolution, request: ResolveRequest) -> Resolution:
     """Put back the caller's own JSON where the wire blurred it.
 
     A Struct holds numbers as doubles and objects without key order, so 600.0 comes back as
-    600. Where the answer holds the caller's value itself (provenance `requested` of a USER or
-    POLICY_LOCKED value; an object or list option passed through as given), a copy of the
-    caller's JSON is put back, so the answer equals the in-process one exactly.
+    600. Where the answer holds the caller's value itself (provenance `requested` of a USER,
+    POLICY_LOCKED or DERIVED value; an object or list option passed through as given), a copy
+    of the caller's JSON is put back, so the answer equals the in-process one exactly. Other
+    objects (a policy's) come with their keys sorted, as the policy holds them (as_carried).
     """
     config = request.config
     if not config:

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
 from ._fingerprint import canonical_json
-from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
+from ._model import JSON, MAX_EXACT_INT, Code, Resolution, ResolveRequest, Severity, cut_text
 from ._products import PRODUCT_IDS, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
@@ -435,9 +435,27 @@ def _read_tables(
                     problems += _check_value(
                         catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
-                tables[(pid, kind)] = _Table(table, dict(values))
+                tables[(pid, kind)] = _Table(table, {k: as_carried(v) for k, v in values.items()})
         profiles[name] = _Profile(tables)
     return profiles, problems
+
+
+def as_carried(value: Any) -> Any:
+    """A policy's object or list as a server's answer carries it (a Struct: a map keeps no key
+    order, and a number is a double): keys sorted, and a whole number within ±2^53 an int
+    (2.0 as 2), so that `resolve --policy` in process and a server running the policy answer
+    alike. Equal as JSON to what the file says; scalars are left to their option's parse."""
+    if isinstance(value, dict):
+        return {key: _carried(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_carried(item) for item in value]
+    return value
+
+
+def _carried(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_INT:
+        return int(value)
+    return as_carried(value)
 
 
 class _LocksOnly:
