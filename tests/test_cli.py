@@ -1215,23 +1215,36 @@ def test_a_diff_of_more_products_than_a_server_takes_is_refused_alike(grpc_targe
     assert info.value.details in local.stderr
 
 
-def test_python_format_pasted_back_draws_no_warning_for_the_values_rules_derived() -> None:
-    """R-ESC-1 makes enable_small_channel 1 in online inference; the call says so, and the
-    call pasted back as the config resolves to the same options with no FORCED (nothing is
-    overridden: 1 stays 1)."""
-    args = ("resolve", "--product", "atlas-a2", "--set", "graph_run_mode=0", "--format", "python")
-    proc = run(*args)
+@pytest.mark.parametrize("policy", ["", "[profiles.default.locked]\nenable_small_channel = 0\n"])
+def test_r_esc_1_python_format_pasted_back_draws_no_warning_for_the_values_rules_derived(
+    tmp_path: Path, policy: str
+) -> None:
+    """R-ESC-1 makes enable_small_channel 1 in online inference, which the source does not
+    let a user set there: the call names it in a comment, and pasted back as the config it
+    resolves to the same options with no warning, under a lock the rule overrides too (the
+    value written out met the lock: POLICY_LOCKED)."""
+    extra: tuple[str, ...] = ()
+    if policy:
+        (tmp_path / "p.toml").write_text(policy)
+        extra = ("--policy", str(tmp_path / "p.toml"))
+    args = ("resolve", "--product", "atlas-a2", "--set", "graph_run_mode=0", *extra)
+    proc = run(*args, "--format", "python")
     assert proc.returncode == 0, proc.stderr
-    assert "enable_small_channel=1,  # DERIVED from graph_run_mode=0 (online inference)" in (
-        proc.stdout
-    )
+    assert (
+        "    # enable_small_channel=1,  # DERIVED from graph_run_mode=0 (online inference); "
+        "the runtime derives it\n"
+    ) in proc.stdout
     namespace: dict[str, Any] = {"NPURunConfig": lambda **kw: kw}
     exec(proc.stdout, namespace)  # the output is ours: a literal call of known options
     pasted = namespace["config"]
-    assert pasted == {"graph_run_mode": 0, "enable_small_channel": 1}
+    assert pasted == {"graph_run_mode": 0}
     sets = [f"{name}={value}" for name, value in pasted.items()]
-    code, again = resolve_json("--product", "atlas-a2", "--set", *sets)
-    assert code == 0 and again["diagnostics"] == []
+    code, again = resolve_json("--product", "atlas-a2", *extra, "--set", *sets)
+    _, first = resolve_json(*args[1:])
+    assert code == 0 and again["options"] == first["options"]
+    assert [d for d in again["diagnostics"] if d["severity"] != "INFO"] == [
+        d for d in first["diagnostics"] if d["severity"] != "INFO"
+    ]
     assert again["options"]["enable_small_channel"] == 1
 
 

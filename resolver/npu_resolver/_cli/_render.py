@@ -177,8 +177,10 @@ def object_options(result: Resolution) -> list[str]:
 def render_python(result: Resolution) -> str:
     """An NPURunConfig(...) call ready to paste: what was chosen, not what defaults give. An
     object-valued option stays a comment holding its value, for the script to construct. A
-    DERIVED value is written (it is what the job runs with, and a rule that would derive it
-    again draws no warning for it) with what it was derived from."""
+    DERIVED value stays a comment too, with what it was derived from: the runtime derives it
+    again from what the call sets (the job's variables and the policy alike), and setting it
+    could only meet a lock the rule overrode (R-ESC-1 over a locked 0) or an option the mode
+    leaves to the runtime (enable_small_channel in online inference)."""
     lines = ["config = NPURunConfig("]
     for name in _chosen(result):
         value, prov = result.options[name], result.provenance[name]
@@ -187,8 +189,10 @@ def render_python(result: Resolution) -> str:
             lines.append(f"    # {name}={literal},  # a config object: construct it in the script")
             continue
         why = f"  # {prov.source.value}" + (f" ({prov.env_var})" if prov.env_var else "")
-        if prov.source is Source.DERIVED and prov.detail:  # what the rule made of the rest
-            why += f" from {shown(prov.detail)}"
+        if prov.source is Source.DERIVED:  # what the rule made of the rest
+            why += f" from {shown(prov.detail)}" if prov.detail else ""
+            lines.append(f"    # {name}={_python_literal(value)},{why}; the runtime derives it")
+            continue
         lines.append(f"    {name}={_python_literal(value)},{why}")
     lines.append(")")
     if not result.ok:
