@@ -1590,6 +1590,36 @@ def test_the_env_format_marks_a_folder_variable_its_option_outranks_r_ocd_1_r_db
     assert unmarked.stdout == "export ASCEND_WORK_PATH=/w\nexport ASCEND_CACHE_PATH=/ac\n"
 
 
+@pytest.mark.parametrize(
+    "cache_off",
+    [
+        ("op_compiler_cache_mode=disable", "op_compiler_cache_dir=/oc"),  # R-OCD-1
+        ("op_debug_level=1",),  # R-OCC-2 turns the cache off
+    ],
+)
+def test_the_env_format_marks_the_cache_variable_when_the_cache_is_off_r_ocd_1(
+    cache_off: tuple[str, ...],
+) -> None:
+    """With the operator compile cache off, ASCEND_CACHE_PATH places no folder: its line is
+    marked (it was unmarked, as if the cache were kept there)."""
+    sets = [arg for pair in cache_off for arg in ("--set", pair)]
+    proc = run(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        "--env",
+        "ASCEND_CACHE_PATH=/ac",
+        *sets,
+        "--format",
+        "env",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        "export ASCEND_CACHE_PATH=/ac  # no effect here: it places op_cache_dir, and there is "
+        "none here [R-OCD-1]\n"
+    )
+
+
 def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:
     """A cell wider than the others (a precision mode with its source) widens its own column
     instead of shifting every column after it; lines carry no trailing blanks."""

@@ -11,6 +11,7 @@ from typing import Final
 from .._catalog import CATALOG
 from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
 from .._options import NAMED_ENV_VARS, OUTRANKED_FOLDER_VARS
+from .._paths import FOLDER_OPTIONS
 
 _COLOURS: Final = {
     Severity.ERROR: "\033[31m",
@@ -239,7 +240,11 @@ def _env_mark(result: Resolution, variable: str) -> str:
 
 
 def _outranked_mark(result: Resolution, variable: str, option: str, rule: str, whole: bool) -> str:
-    """A folder variable beside the option that outranks it (the report's ENV_OVERRIDDEN)."""
+    """A folder variable beside the option that outranks it (the report's ENV_OVERRIDDEN), or
+    one whose folder the answer holds none of (the cache off: R-OCD-1, R-OCC-2)."""
+    folder = FOLDER_OPTIONS.get(option)
+    if whole and folder is not None and folder not in result.paths:
+        return f"  # no effect here: it places {folder}, and there is none here [{rule}]"
     said = any(
         d.code is Code.ENV_OVERRIDDEN and d.option == option and d.rule == rule
         for d in result.diagnostics
