@@ -761,7 +761,9 @@ def experimental_warning(state: State) -> None:
 
 
 def deprecated_warning(state: State) -> None:
-    """The 'to be removed' options still apply, with a warning when a caller sets them."""
+    """The 'to be removed' options still apply, with a warning when a caller sets them. Run
+    last (FINAL, after the attachment rules): one an attachment's rule refuses (op_debug_level
+    2 beside an op_debug_config of oom, R-DEP-3) does not still apply."""
     for name in _set_and_flagged(state, "deprecated"):
         if state.is_set(name):
             state.emit(
@@ -886,7 +888,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-ESC-1", Stage.CROSS, small_channel_in_training),
     CrossRule("R-DEP-3", Stage.CROSS, debug_level_advice),
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
-    CrossRule("R-DEP-1", Stage.CROSS, deprecated_warning),
+    CrossRule("R-DEP-1", Stage.FINAL, deprecated_warning),
     CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),
     CrossRule("R-OCD-1", Stage.FINAL, cache_dir_beats_cache_path),
     CrossRule("R-DBG-1", Stage.FINAL, debug_dir_beats_work_path),
