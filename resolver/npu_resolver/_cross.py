@@ -398,7 +398,9 @@ def host_placement_needs_mixed_compute(state: State) -> None:
 
 
 def op_precision_supersedes_implmode(state: State) -> None:
-    """R-OPM-1: op_precision_mode wins over op_select_implmode and optypelist_for_implmode."""
+    """R-OPM-1: op_precision_mode wins over op_select_implmode and optypelist_for_implmode.
+    Run last (FINAL, after the attachment rules): an op_precision_mode its file's rule refuses
+    (R-OPM-2, R-OPM-3) is in force nowhere, and supersedes nothing."""
     if "op_precision_mode" not in state.slots:
         return
     for name in ("op_select_implmode", "optypelist_for_implmode"):
@@ -872,7 +874,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-PREC-1", Stage.CROSS, precision_conflict),
     CrossRule("R-IPL-2", Stage.CROSS, loop_with_mixed_compute),
     CrossRule("R-VPL-2", Stage.CROSS, host_placement_needs_mixed_compute),
-    CrossRule("R-OPM-1", Stage.CROSS, op_precision_supersedes_implmode),
+    CrossRule("R-OPM-1", Stage.FINAL, op_precision_supersedes_implmode),
     CrossRule("R-DEP-1", Stage.CROSS, loop_sinking_needs_getnext),
     CrossRule("R-DEP-5", Stage.CROSS, optypelist_needs_implmode),
     CrossRule("R-DEP-7", Stage.CROSS, execute_mode_needs_dynamic_input),
