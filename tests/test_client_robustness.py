@@ -1465,3 +1465,86 @@ def test_closes_of_replaced_channels_are_not_kept_once_done(
             loop.close()
     assert len(client._old) <= 1
     asyncio.run(client.close())
+
+
+def test_a_deadline_that_passes_names_the_server_and_the_time() -> None:
+    """gRPC says only 'Deadline Exceeded': a tool calling several resolvers could not tell
+    which one kept it waiting, nor for how long."""
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        with (
+            ResolverClient(target, timeout=0.5) as client,
+            pytest.raises(ResolverUnavailable) as info,
+        ):
+            client.resolve("atlas-a2")
+
+        async def awaited() -> ResolverUnavailable:
+            async with AsyncResolverClient(target) as client:
+                with pytest.raises(ResolverUnavailable) as raised:
+                    await client.resolve("atlas-a2", timeout=0.25)
+            return raised.value
+
+        late = asyncio.run(awaited())
+    assert info.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert info.value.details.startswith(f"no answer from {target} within 0.5 s")
+    assert late.details.startswith(f"no answer from {target} within 0.25 s")
+
+
+def test_the_clients_public_methods_say_what_they_return_and_raise() -> None:
+    """help(client.resolve_batch) is where a user learns that item failures are returned,
+    not raised: every public method of both clients has its docstring."""
+    import inspect
+
+    for cls in (ResolverClient, AsyncResolverClient):
+        for name, member in inspect.getmembers(cls):
+            if name.startswith("_"):
+                continue
+            assert inspect.getdoc(member), f"{cls.__name__}.{name} has no docstring"
+    assert "Raises" in (inspect.getdoc(ResolverClient.resolve) or "")
+
+
+def test_a_client_subclass_is_itself_inside_with() -> None:
+    """__enter__ returns Self: a launcher's own client class keeps its methods in `with` (a
+    type checker saw a plain ResolverClient there)."""
+
+    class JobClient(ResolverClient):
+        def job_target(self) -> str:
+            return f"job@{self.target}"
+
+    class AsyncJobClient(AsyncResolverClient):
+        def job_target(self) -> str:
+            return f"job@{self.target}"
+
+    async def entered() -> str:
+        async with AsyncJobClient("127.0.0.1:1") as client:
+            return client.job_target()
+
+    with JobClient("127.0.0.1:1") as client:
+        assert client.job_target() == "job@127.0.0.1:1"
+    assert asyncio.run(entered()) == "job@127.0.0.1:1"
+
+
+def test_a_batch_failure_prints_on_one_line_and_names_fields_as_errors_do() -> None:
+    """A failed batch item's repr leaves its report (kilobytes) out; `details` and
+    `policy_version` are there under the names errors and answers use."""
+    from npu_resolver_client import ReloadResult, ResolveFailure
+    from npu_resolver_client._errors import FieldViolation
+
+    report = resolve(TWO_ERRORS)
+    failure = ResolveFailure(
+        3,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "config.hccl_timeout: OUT_OF_RANGE: " + "x" * 1_000,
+        report,
+        (FieldViolation("config.hccl_timeout", "OUT_OF_RANGE", "out"),),
+    )
+    shown = repr(failure)
+    assert len(shown) < 400 and "\n" not in shown, shown
+    assert shown.startswith("ResolveFailure(index=3, code=INVALID_ARGUMENT, message='config.")
+    assert "violations=['OUT_OF_RANGE']" in shown and "product='atlas-training'" in shown
+    assert failure.details == failure.message == failure.error().details
+    assert ReloadResult(True, "abc", "").policy_version == "abc"

@@ -403,5 +403,8 @@ def test_the_client_exports_every_name_its_methods_take_and_give() -> None:
 
     assert npu_resolver_client.ResolveRequest is npu_resolver.ResolveRequest
     assert npu_resolver_client.Resolution is npu_resolver.Resolution
+    # And the types those hold or other methods give (diff, list_products), for annotations.
+    for held in ("Diagnostic", "DiffResult", "Product", "Provenance"):
+        assert getattr(npu_resolver_client, held) is getattr(npu_resolver, held), held
     for name in npu_resolver_client.__all__:
         assert getattr(npu_resolver_client, name) is not None, name

@@ -34,6 +34,8 @@ _LAZY = {
         ),
         "_client",
     ),
+    # The core's types the answers hold, for a caller's own annotations.
+    **dict.fromkeys(("Diagnostic", "DiffResult", "Product", "Provenance"), "npu_resolver"),
     **dict.fromkeys(
         (
             "FieldViolation",
@@ -57,7 +59,8 @@ if not TYPE_CHECKING:  # a type checker sees the imports below: a misspelt name 
             raise AttributeError(f"module 'npu_resolver_client' has no attribute {name!r}")
         import importlib
 
-        value = getattr(importlib.import_module(f"npu_resolver_client.{module}"), name)
+        where = module if module == "npu_resolver" else f"npu_resolver_client.{module}"
+        value = getattr(importlib.import_module(where), name)
         globals()[name] = value
         return value
 
@@ -67,7 +70,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from npu_resolver import Resolution, ResolveRequest
+    from npu_resolver import (
+        Diagnostic,
+        DiffResult,
+        Product,
+        Provenance,
+        Resolution,
+        ResolveRequest,
+    )
 
     from ._client import (
         DEFAULT_TARGET,
@@ -96,8 +106,12 @@ __all__ = [
     "MAX_TIMEOUT",
     "SERVICE_CONFIG",
     "AsyncResolverClient",
+    "Diagnostic",
+    "DiffResult",
     "FieldViolation",
     "PolicyInfo",
+    "Product",
+    "Provenance",
     "ReloadResult",
     "Resolution",
     "ResolveError",

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, Self
 
 import grpc
 from google.protobuf import message
@@ -67,6 +67,7 @@ from ._errors import (
     ResolveError,
     ResolverCallError,
     ResolverClientError,
+    ResolverUnavailable,
     decode_status,
     failure_error,
     from_rpc_error,
@@ -222,7 +223,7 @@ def _read(name: str, value: PathOrBytes | None) -> bytes | None:
         raise ValueError(f"{name}: cannot read {str(value)!r}: {exc.strerror or exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ResolveFailure:
     """A batch item that failed, as Resolve would have failed for it."""
 
@@ -233,8 +234,23 @@ class ResolveFailure:
     violations: tuple[FieldViolation, ...] = ()
 
     @property
+    def details(self) -> str:
+        """`message`, under the name every ResolverClientError gives it."""
+        return self.message
+
+    @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         return () if self.resolution is None else self.resolution.errors
+
+    def __repr__(self) -> str:
+        """One line for a log (the report, several kilobytes, is left to `resolution`)."""
+        fields = [f"violations={[v.reason for v in self.violations][:5]}"]
+        if self.resolution is not None:
+            fields.append(f"product={self.resolution.product!r}")
+        return (
+            f"ResolveFailure(index={self.index}, code={self.code.name}, "
+            f"message={cut_text(self.message, 200)!r}, {', '.join(fields)})"
+        )
 
     def error(self) -> ResolverClientError:
         """The exception Resolve would have raised for this item."""
@@ -274,6 +290,11 @@ class ReloadResult:
     version: str
     error: str
 
+    @property
+    def policy_version(self) -> str:
+        """`version`, under the name PolicyInfo and every answer give it."""
+        return self.version
+
 
 def _build_request(
     *,
@@ -312,10 +333,26 @@ def _closed_during_call() -> ResolverCallError:
     )
 
 
-def _failure(closed: bool, error: ResolverClientError) -> ResolverClientError:
-    """A call close() cancelled says so, rather than a bare CANCELLED."""
+_GRPC_DEADLINE: Final = "Deadline Exceeded"
+"""gRPC's own words for a deadline that passed, which name neither the server nor the time."""
+
+
+def _failure(
+    closed: bool, error: ResolverClientError, target: str, deadline: float | None
+) -> ResolverClientError:
+    """A call close() cancelled says so, rather than a bare CANCELLED; a deadline that passed
+    names the server and the time (a tool that calls several resolvers can act on it)."""
     if closed and error.code is grpc.StatusCode.CANCELLED:
         return _closed_during_call()
+    if (
+        error.code is grpc.StatusCode.DEADLINE_EXCEEDED
+        and error.details == _GRPC_DEADLINE
+        and deadline is not None
+    ):
+        return ResolverUnavailable(
+            error.code,
+            f"no answer from {target} within {deadline:g} s, retries included ({_GRPC_DEADLINE})",
+        )
     return error
 
 
@@ -744,17 +781,21 @@ class ResolverClient:
 
     @property
     def target(self) -> str:
+        """The server's address, as given."""
         return self._settings.target
 
     @property
     def channel(self) -> grpc.Channel:
+        """The gRPC channel (for calls of the raw stubs: npu_resolver_client.wire)."""
         return self._channel
 
     def close(self) -> None:
+        """Closes the channel; calls in flight raise ResolverCallError CANCELLED, and later
+        calls FAILED_PRECONDITION."""
         self._closed = True
         self._channel.close()
 
-    def __enter__(self) -> ResolverClient:
+    def __enter__(self) -> Self:
         return self
 
     def __reduce__(self) -> NoReturn:
@@ -778,7 +819,9 @@ class ResolverClient:
             self.last_server_pid = _pid(
                 error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             )
-            raise _failure(self._closed, from_rpc_error(error)) from None
+            failure = from_rpc_error(error)
+            deadline = self._settings.deadline(timeout)
+            raise _failure(self._closed, failure, self.target, deadline) from None
         except ValueError:
             # close() from another thread between the check above and the call: grpc raises
             # ValueError ("Cannot invoke RPC on closed channel!", "... Channel closed!").
@@ -801,6 +844,11 @@ class ResolverClient:
         attachments: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Resolution:
+        """One request's effective config (see npu_resolver.ResolveRequest for the fields).
+        Returns the Resolution; with `validate_only` a report with errors is returned too (`ok`
+        false). Raises ResolveError when the request has errors (`.resolution` is the full
+        report, `.violations` one per error), ResolverUnavailable when no server answered in
+        time, ResolverCallError otherwise (and ValueError for a bad `timeout`)."""
         request = _build_request(
             product=product,
             config=config,
@@ -816,6 +864,7 @@ class ResolverClient:
     def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
+        """resolve() of a ResolveRequest built beforehand: the same answer and exceptions."""
         message = _to_proto(request)
         started = time.monotonic()
         try:
@@ -842,6 +891,11 @@ class ResolverClient:
     def resolve_batch(
         self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
+        """Every request under one catalog and policy snapshot (at most 1,000 a call), answered
+        in order: a Resolution, or a ResolveFailure for an item that failed (raised by none;
+        `.error()` is the exception Resolve would have raised). Items the server was too busy
+        for are sent again, each alone, within the deadline. Raises as resolve() does for the
+        call itself (a batch the server refuses whole: ResolveError with no resolution)."""
         asked = list(requests)
         deadline, started = self._settings.deadline(timeout), time.monotonic()
         sent = _batch(asked)
@@ -864,24 +918,36 @@ class ResolverClient:
         timeout: float | None = None,
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
-        side, as `npu_resolver.diff` does in process."""
+        side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
+        product's report, errors included. Raises as resolve(); fewer than 2 or more than 16
+        products, or one named twice, is a ResolveError before anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(self._call("Diff", message, timeout), request)
 
     def list_products(self, *, timeout: float | None = None) -> list[Product]:
+        """The server's products (id, display name, aliases, family). Raises as resolve()."""
         response = self._call("ListProducts", pb.ListProductsRequest(), timeout)
         return [product_from_proto(p) for p in response.products]
 
     def describe_catalog(
         self, product: str | None = None, *, timeout: float | None = None
     ) -> dict[str, JSON]:
+        """The server's catalog as `npu-resolve explain --format json` prints it: every option,
+        or one product's view of them. Raises as resolve(); an unknown product is a
+        ResolveError naming the known ids."""
         request = pb.DescribeCatalogRequest(product=_checked_product(product))
         return catalog_from_proto(self._call("DescribeCatalog", request, timeout))
 
     def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
+        """The policy the server has in force, and how its last reload went (PolicyInfo).
+        Raises as resolve()."""
         return _policy_info(self._call("GetPolicy", pb.GetPolicyRequest(), timeout))
 
     def reload_policy(self, *, timeout: float | None = None) -> ReloadResult:
+        """Asks the server to read its policy file again (an admin call: the client's `token`
+        must be the server's admin token). Returns a ReloadResult: a file the server refused
+        is not raised, `error` says why. Raises as resolve(); UNAUTHENTICATED as
+        ResolverCallError."""
         response = self._call("ReloadPolicy", pb.ReloadPolicyRequest(), timeout)
         return ReloadResult(response.changed, response.policy_version, response.error)
 
@@ -977,6 +1043,7 @@ class AsyncResolverClient:
 
     @property
     def target(self) -> str:
+        """The server's address, as given."""
         return self._settings.target
 
     @property
@@ -1011,7 +1078,11 @@ class AsyncResolverClient:
             return self._channel, self._stub
 
     async def close(self) -> None:
-        """Closes the channel; calls in flight raise ResolverCallError CANCELLED."""
+        """Closes the channel; calls in flight raise ResolverCallError CANCELLED, and later
+        calls FAILED_PRECONDITION. A channel whose loop still exists but is not running (the
+        client used with loop.run_until_complete, closed from another loop) cannot be closed
+        from here: its connection lasts until the client is collected; close the client on
+        the loop that used it."""
         with self._opening:  # a first call opening a channel now is done, or will see this
             self._closed = True
             channel, loop = self._channel, self._loop
@@ -1025,7 +1096,7 @@ class AsyncResolverClient:
             await _close_in(loop, channel)
         # else its loop is idle and nothing can run there: grpc closes it when it is collected.
 
-    async def __aenter__(self) -> AsyncResolverClient:
+    async def __aenter__(self) -> Self:
         return self
 
     def __reduce__(self) -> NoReturn:
@@ -1056,7 +1127,9 @@ class AsyncResolverClient:
         except grpc.RpcError as error:
             trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
             self.last_server_pid = _pid(trailing)
-            raise _failure(self._closed, from_rpc_error(error, trailing)) from None
+            failure = from_rpc_error(error, trailing)
+            deadline = self._settings.deadline(timeout)
+            raise _failure(self._closed, failure, self.target, deadline) from None
         self.last_server_pid = _pid(trailing)
         return response
 
@@ -1073,6 +1146,11 @@ class AsyncResolverClient:
         attachments: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Resolution:
+        """One request's effective config (see npu_resolver.ResolveRequest for the fields).
+        Returns the Resolution; with `validate_only` a report with errors is returned too (`ok`
+        false). Raises ResolveError when the request has errors (`.resolution` is the full
+        report, `.violations` one per error), ResolverUnavailable when no server answered in
+        time, ResolverCallError otherwise (and ValueError for a bad `timeout`)."""
         request = _build_request(
             product=product,
             config=config,
@@ -1088,6 +1166,7 @@ class AsyncResolverClient:
     async def resolve_request(
         self, request: ResolveRequest, *, timeout: float | None = None
     ) -> Resolution:
+        """resolve() of a ResolveRequest built beforehand: the same answer and exceptions."""
         message = _to_proto(request)
         started = time.monotonic()
         try:
@@ -1114,6 +1193,11 @@ class AsyncResolverClient:
     async def resolve_batch(
         self, requests: Iterable[ResolveRequest], *, timeout: float | None = None
     ) -> list[Resolution | ResolveFailure]:
+        """Every request under one catalog and policy snapshot (at most 1,000 a call), answered
+        in order: a Resolution, or a ResolveFailure for an item that failed (raised by none;
+        `.error()` is the exception Resolve would have raised). Items the server was too busy
+        for are sent again, each alone, within the deadline. Raises as resolve() does for the
+        call itself (a batch the server refuses whole: ResolveError with no resolution)."""
         asked = list(requests)
         deadline, started = self._settings.deadline(timeout), time.monotonic()
         sent = _batch(asked)
@@ -1136,24 +1220,36 @@ class AsyncResolverClient:
         timeout: float | None = None,
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
-        side, as `npu_resolver.diff` does in process."""
+        side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
+        product's report, errors included. Raises as resolve(); fewer than 2 or more than 16
+        products, or one named twice, is a ResolveError before anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(await self._call("Diff", message, timeout), request)
 
     async def list_products(self, *, timeout: float | None = None) -> list[Product]:
+        """The server's products (id, display name, aliases, family). Raises as resolve()."""
         response = await self._call("ListProducts", pb.ListProductsRequest(), timeout)
         return [product_from_proto(p) for p in response.products]
 
     async def describe_catalog(
         self, product: str | None = None, *, timeout: float | None = None
     ) -> dict[str, JSON]:
+        """The server's catalog as `npu-resolve explain --format json` prints it: every option,
+        or one product's view of them. Raises as resolve(); an unknown product is a
+        ResolveError naming the known ids."""
         request = pb.DescribeCatalogRequest(product=_checked_product(product))
         return catalog_from_proto(await self._call("DescribeCatalog", request, timeout))
 
     async def get_policy(self, *, timeout: float | None = None) -> PolicyInfo:
+        """The policy the server has in force, and how its last reload went (PolicyInfo).
+        Raises as resolve()."""
         return _policy_info(await self._call("GetPolicy", pb.GetPolicyRequest(), timeout))
 
     async def reload_policy(self, *, timeout: float | None = None) -> ReloadResult:
+        """Asks the server to read its policy file again (an admin call: the client's `token`
+        must be the server's admin token). Returns a ReloadResult: a file the server refused
+        is not raised, `error` says why. Raises as resolve(); UNAUTHENTICATED as
+        ResolverCallError."""
         response = await self._call("ReloadPolicy", pb.ReloadPolicyRequest(), timeout)
         return ReloadResult(response.changed, response.policy_version, response.error)
 
