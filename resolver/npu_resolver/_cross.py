@@ -187,6 +187,13 @@ def precision_conflict(state: State) -> None:
     v2, pm = state.slots.get("precision_mode_v2"), state.slots.get("precision_mode")
     if v2 is None or pm is None or not (v2.is_set and pm.is_set):
         return
+    locked = Source.POLICY_LOCKED
+    if (v2.source, pm.source) in ((Source.POLICY, locked), (locked, Source.POLICY)):
+        # The policy's default gives way to its own lock of the other option (an every-product
+        # default beside one product's lock): quietly, as a default meeting a lock does; the
+        # job set neither, and under strict a drop it cannot avoid would fail every job.
+        del state.slots["precision_mode_v2" if v2.source is Source.POLICY else "precision_mode"]
+        return
     if v2.source is Source.POLICY and pm.source is not Source.POLICY:
         state.drop(
             "precision_mode_v2",

@@ -252,6 +252,13 @@ class State:
             if slot is not None:
                 self.slots[name] = slot.with_rule(rule)
             return
+        asked = slot.requested
+        if slot.source is Source.POLICY_LOCKED and type(asked) is type(value) and asked == value:
+            # The job asked for what the rule makes it (R-EXD-2 over a locked dump mode): the
+            # lock replaced nothing that takes effect, so its POLICY_LOCKED is taken back.
+            self.diagnostics[:] = [
+                d for d in self.diagnostics if d.code is not Code.POLICY_LOCKED or d.option != name
+            ]
         self.slots[name] = Slot(
             value,
             Source.DERIVED,
