@@ -768,3 +768,17 @@ def test_r_prec_1_r_ipl_2_r_vpl_2_a_conflict_the_policys_defaults_make_says_so(
     assert resolve(ResolveRequest("atlas-a2", settled), policy=policy).ok
     own = resolve(ResolveRequest("atlas-a2", {"variable_placement": "Host"}))
     assert "policy" not in own.errors[0].message  # the job's own conflict says nothing of it
+
+
+def test_r_opm_1_an_implmode_superseded_by_the_policys_op_precision_mode_is_told_so() -> None:
+    """The job set op_select_implmode only: the drop names the policy's table that set the
+    op_precision_mode taking its place (it said 'op_precision_mode is set', as if the job had)."""
+    policy = parse_policy('[profiles.default.defaults]\nop_precision_mode = "/p.ini"\n')
+    answer = resolve(
+        ResolveRequest("atlas-a2", {"op_select_implmode": "high_precision"}), policy=policy
+    )
+    [drop] = [d for d in answer.diagnostics if d.code.value == "DROPPED_SUPERSEDED"]
+    assert drop.option == "op_select_implmode" and drop.rule == "R-OPM-1"
+    assert "op_precision_mode is set by the policy (default from [profiles.default.defaults])" in (
+        drop.message
+    )

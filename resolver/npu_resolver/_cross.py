@@ -408,17 +408,28 @@ def op_precision_supersedes_implmode(state: State) -> None:
     """R-OPM-1: op_precision_mode wins over op_select_implmode and optypelist_for_implmode.
     Run last (FINAL, after the attachment rules): an op_precision_mode its file's rule refuses
     (R-OPM-2, R-OPM-3) is in force nowhere, and supersedes nothing."""
-    if "op_precision_mode" not in state.slots:
+    setter = state.slots.get("op_precision_mode")
+    if setter is None:
         return
+    who = "set" if setter.source is Source.USER else f"set by {_setter(setter)}"
     for name in ("op_select_implmode", "optypelist_for_implmode"):
         if name in state.slots:
             state.drop(
                 name,
                 Code.DROPPED_SUPERSEDED,
                 "R-OPM-1",
-                f"{name} {show(state.value(name))} is dropped because op_precision_mode is set "
+                f"{name} {show(state.value(name))} is dropped because op_precision_mode is {who} "
                 "and only op_precision_mode takes effect; remove it.",
             )
+
+
+def _setter(slot: Slot) -> str:
+    """Who set a value other than the job's own config: said where a rule acts on it."""
+    if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
+        return f"the policy ({slot.detail})"
+    if slot.source is Source.ENV:
+        return slot.env_var
+    return "its default"
 
 
 def optypelist_needs_implmode(state: State) -> None:
