@@ -244,6 +244,101 @@ def test_cli_refuses_env_bytes_that_are_not_utf8() -> None:
     assert b"ASCEND_WORK_PATH" in proc.stderr and b"not valid UTF-8" in proc.stderr
 
 
+def _cli_bytes(
+    *args: str | bytes, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "npu_resolver._cli", *args],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_cli_text_arguments_are_read_as_utf8_whatever_the_locale() -> None:
+    """Under LC_ALL=C (Python then decodes argv as ASCII) the UTF-8 bytes of '/数据' were
+    refused as 'not valid UTF-8', and --format env wrote back what the locale had read: the
+    exported variable is now the very bytes given, in every locale."""
+    folder = "/数据/dump".encode()
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    proc = _cli_bytes(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        b"--env",
+        b"NPU_COLLECT_PATH=" + folder,
+        b"--set",
+        "debug_dir=/数据".encode(),
+        "--format",
+        "env",
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"export NPU_COLLECT_PATH='" + folder + b"'\n"  # shell-quoted
+    as_json = _cli_bytes(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        b"--set",
+        "debug_dir=/数据".encode(),
+        "--format",
+        "json",
+        env=env,
+    )
+    assert json.loads(as_json.stdout)["options"]["debug_dir"] == "/数据"
+
+
+def test_cli_attaches_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """Only an --attach option's name is text for the answer; its file's name is the system's
+    to open (--config opened such a name, --attach refused it as not UTF-8)."""
+    named = os.fsencode(tmp_path) + b"/debug\xff.cfg"
+    with open(named, "w", encoding="utf-8") as file:
+        file.write("op_debug_config=ccec_g\n")
+    proc = _cli_bytes(
+        "resolve",
+        "--product",
+        "atlas-a2",
+        "--set",
+        "op_debug_config=/job/debug.cfg",
+        b"--attach",
+        b"op_debug_config=" + named,
+        "--format",
+        "json",
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    notes = [d["code"] for d in json.loads(proc.stdout)["diagnostics"]]
+    assert "NOT_CHECKED" not in notes  # the file was read
+
+
+def test_cli_ctrl_c_says_interrupted_and_exits_130() -> None:
+    """Ctrl-C while the CLI waits (here on standard input) ended in a 35-line traceback."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "npu_resolver._cli",
+            "resolve",
+            "--product",
+            "atlas-a2",
+            "--config",
+            "-",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    time.sleep(2.0)  # past the imports, waiting on stdin
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err == b"npu-resolve: interrupted\n" and out == b""
+
+
 def test_long_caller_strings_are_not_kept_in_memo_tables() -> None:
     """Memo tables hold at most 4,096 entries; megabyte strings in them would pin gigabytes."""
     from npu_resolver import _fingerprint, _paths, _pipeline

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from .._catalog import CATALOG
 from .._model import Resolution, Severity
@@ -26,6 +26,7 @@ from ._inputs import (
     read_policy,
     request_from_args,
     server_target,
+    text_arguments,
 )
 from ._render import (
     FORMATS,
@@ -39,6 +40,8 @@ from ._render import (
 from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED: Final = 128 + int(signal.SIGINT)
+"""Ctrl-C, as a shell reports a command SIGINT ended: 130, with one line and no traceback."""
 
 
 class _Once(argparse.Action):
@@ -473,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(argv[1:])
     try:
         args = build_parser().parse_args(argv)
+        text_arguments(args)
         code: int = args.func(args)
         return code
     except UsageError as exc:
@@ -491,3 +495,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`| head`): nothing more to say
         _drop_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:  # Ctrl-C while waiting on a server, stdin or a FIFO
+        _warn("npu-resolve: interrupted")
+        return EXIT_INTERRUPTED

@@ -235,14 +235,50 @@ def _read_attachment(option: str, path: str) -> str:
     return text
 
 
+def utf8_text(text: str) -> str:
+    """An argument or variable read as the UTF-8 its bytes are, whatever the locale: Python
+    decodes argv and the environment in the locale's encoding, so '/数据' in UTF-8 bytes was
+    refused under LC_ALL=C, and the same name in GBK bytes, read as GBK, was written back by
+    --format env in UTF-8 (another folder). Bytes that are not UTF-8 stay lone surrogates,
+    refused alike in every locale."""
+    if text.isascii():
+        return text
+    try:
+        return os.fsencode(text).decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not text the locale's codec made: taken as it is
+        return text
+
+
+def text_arguments(args: argparse.Namespace) -> None:
+    """The arguments that are text for the answer (not paths this command opens: --config,
+    --policy, an --attach file), read as UTF-8 (utf8_text)."""
+    product = getattr(args, "product", None)
+    if isinstance(product, list):
+        args.product = [utf8_text(p) for p in product]
+    elif isinstance(product, str):
+        args.product = utf8_text(product)
+    for flag in ("profile", "workdir", "option"):
+        if isinstance(getattr(args, flag, None), str):
+            setattr(args, flag, utf8_text(getattr(args, flag)))
+    for flag in ("set", "env"):
+        if getattr(args, flag, None):
+            setattr(args, flag, [utf8_text(item) for item in getattr(args, flag)])
+    if getattr(args, "attach", None):  # the option's name is text; the file's is the OS's
+        args.attach = [
+            f"{utf8_text(name)}{sep}{path}"
+            for name, sep, path in (item.partition("=") for item in args.attach)
+        ]
+
+
 def _refuse_non_text(args: argparse.Namespace) -> None:
     """Bytes on the command line that are not UTF-8 arrive as lone surrogates: no answer can
-    carry them and no server can be sent them, so they are usage errors, in process too."""
+    carry them and no server can be sent them, so they are usage errors, in process too. An
+    --attach file's name is the OS's to read, whatever its bytes."""
     products = args.product if isinstance(args.product, list) else [args.product]
     given = [("--product", product) for product in products]
     given += [("--profile", args.profile or ""), ("--workdir", args.workdir or "")]
     given += [("--set", item) for item in args.set or ()]
-    given += [("--attach", item) for item in args.attach or ()]
+    given += [("--attach", item.partition("=")[0]) for item in args.attach or ()]
     for flag, text in given:
         if not is_text(text):
             raise UsageError(f"{flag}: '{_as_given(text)}' is not valid UTF-8 text")
@@ -288,7 +324,7 @@ def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
         config[name] = _typed(name, value)
     env: dict[str, str] = {}
     if args.inherit_env:
-        env.update({k: os.environ[k] for k in NAMED_ENV_VARS if k in os.environ})
+        env.update({k: utf8_text(os.environ[k]) for k in NAMED_ENV_VARS if k in os.environ})
     given_env = dict(pairs(args.env, "--env"))
     env.update(given_env)
     for name, value in env.items():  # bytes that are not UTF-8, from argv
