@@ -892,9 +892,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-PREC-1", Stage.CROSS, precision_conflict),
     CrossRule("R-IPL-2", Stage.CROSS, loop_with_mixed_compute),
     CrossRule("R-VPL-2", Stage.CROSS, host_placement_needs_mixed_compute),
-    CrossRule("R-OPM-1", Stage.FINAL, op_precision_supersedes_implmode),
     CrossRule("R-DEP-1", Stage.CROSS, loop_sinking_needs_getnext),
-    CrossRule("R-DEP-5", Stage.CROSS, optypelist_needs_implmode),
     CrossRule("R-DEP-7", Stage.CROSS, execute_mode_needs_dynamic_input),
     CrossRule("R-LRI-1", Stage.CROSS, rank_and_device_list_together),
     CrossRule("R-AOE-5", Stage.CROSS, aoe_options_need_aoe_mode),
@@ -908,6 +906,9 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     CrossRule("R-ESC-1", Stage.CROSS, small_channel_in_training),
     CrossRule("R-DEP-3", Stage.CROSS, debug_level_advice),
     CrossRule("R-EXP-2", Stage.CROSS, experimental_warning),
+    # After the attachment rules: an option an attachment's rule refuses is in force nowhere.
+    CrossRule("R-OPM-1", Stage.FINAL, op_precision_supersedes_implmode),
+    CrossRule("R-DEP-5", Stage.FINAL, optypelist_needs_implmode),  # after R-OPM-1's drops
     CrossRule("R-DEP-1", Stage.FINAL, deprecated_warning),
     CrossRule("R-OCD-1", Stage.FINAL, cache_off_drops_dir),
     CrossRule("R-OCD-1", Stage.FINAL, cache_dir_beats_cache_path),
