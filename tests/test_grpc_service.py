@@ -167,6 +167,12 @@ def test_client_raises_one_error_type_with_the_report(client: ResolverClient) ->
             ResolveRequest("atlas-a2", {"aoe_mode": "2", "graph_run_mode": 0}, strict=True),
             "config.aoe_mode",
         ),
+        (  # null means unset: the value is still the variable's
+            ResolveRequest(
+                "atlas-a2", {"aoe_mode": None, "graph_run_mode": 0}, {"AOE_MODE": "2"}, strict=True
+            ),
+            "env.AOE_MODE",
+        ),
         (ResolveRequest(product="atlas-a2", attachments={"nope": "x"}), "attachments.nope"),
         (ResolveRequest(product="atlas-a2", workdir="/job\x00/x"), "workdir"),
         (ResolveRequest(product="atlas-a2", config={"workdir": "/x"}), "config.workdir"),
@@ -400,8 +406,10 @@ def test_r_pm_3_an_error_on_a_value_the_policy_gave_names_the_profile_in_its_vio
     )
     from_policy = ResolveRequest(product="atlas-a2", profile="inf")
     own = ResolveRequest(product="atlas-a2", config={"precision_mode": "force_fp16"})
+    unset = ResolveRequest(product="atlas-a2", config={"precision_mode": None}, profile="inf")
     with ThreadServer(policy=policy) as server, ResolverClient(server.target) as client:
-        for request_, field in ((from_policy, "profile"), (own, "config.precision_mode")):
+        cases = ((from_policy, "profile"), (own, "config.precision_mode"), (unset, "profile"))
+        for request_, field in cases:
             with pytest.raises(ResolveError) as info:
                 client.resolve_request(request_)
             assert [(v.field, v.reason) for v in info.value.violations] == [

@@ -17,7 +17,6 @@ import grpc
 from google.protobuf import struct_pb2
 
 from npu_resolver import (
-    CATALOG,
     ENV_VARS,
     MAX_EXACT_INT,
     PATH_KEYS,
@@ -33,6 +32,7 @@ from npu_resolver import (
     ResolveRequest,
     Severity,
     Source,
+    request_field,
 )
 from npu_resolver.text import (
     DuplicateKeyError,
@@ -222,29 +222,9 @@ def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
     return data
 
 
-def violation_field(
-    diagnostic: Diagnostic, request: ResolveRequest | None = None, *, policy_version: str = ""
-) -> str:
-    """The google.rpc.BadRequest field that names a diagnostic's `option`: the server writes it,
-    and the client rebuilds it for a report it had to ask for again. An unknown option is always
-    in `config`, whatever its name (a config holding a key 'product' or 'env.HOME' must not
-    blame the request's product or env field). With the `request`, an error on an option its
-    config does not hold names the field that gave the value: the option's variable in `env`
-    (AOE_MODE), else, under a policy (`policy_version`), `profile`, whose tables gave it."""
-    option = diagnostic.option
-    if diagnostic.code is not Code.UNKNOWN_OPTION and (
-        option in ("product", "profile", "config", "attachments", "workdir")
-        or option.startswith(("env.", "attachments."))
-    ):
-        return option
-    known = CATALOG.by_name.get(option)
-    if request is not None and known is not None and option not in request.config:
-        variable = request.env.get(known.env, "") if known.env else ""
-        if isinstance(variable, str) and variable.strip():
-            return f"env.{known.env}"
-        if policy_version:
-            return "profile"
-    return f"config.{option}"
+violation_field: Final = request_field
+"""The google.rpc.BadRequest field that names a diagnostic: the server writes it, and the
+client rebuilds it for a report it had to ask for again (npu_resolver.request_field)."""
 
 
 class NotSendableError(ValueError):

@@ -6,6 +6,7 @@ The public surface is what this module exports; everything in underscored module
 from typing import TYPE_CHECKING
 
 from ._catalog import CATALOG, Catalog, CatalogError
+from ._fields import request_field
 from ._fingerprint import fingerprint
 from ._model import (
     CATALOG_VERSION,
@@ -147,6 +148,7 @@ __all__ = [
     "parse_policy",
     "policy_file_digest",
     "product_id",
+    "request_field",
     "resolve",
     "unresolved",
 ]
