@@ -26,6 +26,7 @@ from ._model import (
 )
 from ._products import BY_ID, Family
 from ._schema import Mode
+from ._values import Parsed, parse
 
 if TYPE_CHECKING:
     from ._values import Problem
@@ -239,6 +240,14 @@ class State:
         self.refused.add(name)
         self.emit(code, name, rule, message)
 
+    def _asked_for(self, name: str, slot: Slot, value: JSON) -> bool:
+        """Whether the value a lock replaced (`slot.requested`, as the caller wrote it: 1.0 or
+        "1" for 1) reads as `value`."""
+        if slot.requested is _UNSET:
+            return False
+        read = parse(self.view[name], slot.requested, product=self.pid)
+        return isinstance(read, Parsed) and type(read.value) is type(value) and read.value == value
+
     def conflict(self, name: str, rule: str, message: str) -> None:
         self.refuse(name, Code.CONFLICT, rule, message)
 
@@ -252,8 +261,7 @@ class State:
             if slot is not None:
                 self.slots[name] = slot.with_rule(rule)
             return
-        asked = slot.requested
-        if slot.source is Source.POLICY_LOCKED and type(asked) is type(value) and asked == value:
+        if slot.source is Source.POLICY_LOCKED and self._asked_for(name, slot, value):
             # The job asked for what the rule makes it (R-EXD-2 over a locked dump mode): the
             # lock replaced nothing that takes effect, so its POLICY_LOCKED is taken back.
             self.diagnostics[:] = [
