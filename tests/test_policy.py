@@ -782,3 +782,23 @@ def test_r_opm_1_an_implmode_superseded_by_the_policys_op_precision_mode_is_told
     assert "op_precision_mode is set by the policy (default from [profiles.default.defaults])" in (
         drop.message
     )
+
+
+def test_r_prec_1_under_strict_a_conflict_of_the_policys_defaults_is_said_to_need_the_policy() -> (
+    None
+):
+    """Under strict, whatever precision option the job sets, the policy's other default is
+    dropped, an error too: the message does not send the job after a fix that fails."""
+    policy = parse_policy(
+        '[profiles.default.defaults]\nprecision_mode = "allow_fp32_to_fp16"\n'
+        'precision_mode_v2 = "fp16"\n'
+    )
+    [error] = resolve(ResolveRequest("atlas-a2", strict=True), policy=policy).errors
+    assert "under strict the job cannot settle this" in error.message
+    assert "takes the place" not in error.message
+    followed = resolve(
+        ResolveRequest("atlas-a2", {"precision_mode_v2": "fp16"}, strict=True), policy=policy
+    )
+    assert [(d.code.value, d.option) for d in followed.errors] == [
+        ("DROPPED_SUPERSEDED", "precision_mode")
+    ]

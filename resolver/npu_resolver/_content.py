@@ -143,11 +143,18 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
     # rules: by now R-OCC-2 has turned the compile cache off for it, and the caller can set
     # op_debug_level to settle it.
     if "oom" in options and state.value("op_debug_level") == 2:  # R-DEP-3
+        level = state.slots["op_debug_level"]
+        whose = (  # the job set oom, not the level: it settles this by setting the level
+            f" (op_debug_level 2 is the policy's default, {level.detail}: the job's own "
+            "op_debug_level takes its place)"
+            if level.source is Source.POLICY
+            else ""
+        )
         state.conflict(
             "op_debug_level",
             "R-DEP-3",
             "op_debug_level 2 cannot be used with oom in op_debug_config (AI Core Error); "
-            "use op_debug_level 0, 1, 3 or 4, or remove oom.",
+            f"use op_debug_level 0, 1, 3 or 4, or remove oom{whose}.",
         )
     if options and parsed.op_debug_list is None and name in state.slots:  # R-OCC-3
         state.force(

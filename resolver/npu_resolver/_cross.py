@@ -187,26 +187,19 @@ def precision_conflict(state: State) -> None:
     v2, pm = state.slots.get("precision_mode_v2"), state.slots.get("precision_mode")
     if v2 is None or pm is None or not (v2.is_set and pm.is_set):
         return
-    locked = Source.POLICY_LOCKED
-    if (v2.source, pm.source) in ((Source.POLICY, locked), (locked, Source.POLICY)):
-        # The policy's default gives way to its own lock of the other option (an every-product
-        # default beside one product's lock): quietly, as a default meeting a lock does; the
-        # job set neither, and under strict a drop it cannot avoid would fail every job.
-        del state.slots["precision_mode_v2" if v2.source is Source.POLICY else "precision_mode"]
-        return
     if v2.source is Source.POLICY and pm.source is not Source.POLICY:
         state.drop(
             "precision_mode_v2",
             Code.DROPPED_SUPERSEDED,
             "R-PREC-1",
-            _superseded("precision_mode_v2", v2, "precision_mode"),
+            _superseded(state, "precision_mode_v2", v2, "precision_mode"),
         )
     elif pm.source is Source.POLICY and v2.source is not Source.POLICY:
         state.drop(
             "precision_mode",
             Code.DROPPED_SUPERSEDED,
             "R-PREC-1",
-            _superseded("precision_mode", pm, "precision_mode_v2"),
+            _superseded(state, "precision_mode", pm, "precision_mode_v2"),
         )
     else:
         both = (
@@ -232,7 +225,7 @@ def precision_conflict(state: State) -> None:
                 "precision_mode",
                 "R-PREC-1",
                 f"{both}; keep only precision_mode_v2."
-                + _policy_sides(state, ("precision_mode", "precision_mode_v2")),
+                + _policy_sides(state, ("precision_mode", "precision_mode_v2"), always_drops=True),
             )
 
 
@@ -306,17 +299,21 @@ def _who_sets(slot: Slot) -> str:
     return "the job sets"
 
 
-def _superseded(name: str, slot: Slot, by: str) -> str:
+def _superseded(state: State, name: str, slot: Slot, by: str) -> str:
+    """A policy default given way to `by`, set by the job or locked by the policy itself (an
+    every-product default beside one product's lock): said as the give-way of R-IPL-2 is."""
     return (
-        f"{name} {show(slot.value)} from the policy ({slot.detail}) is dropped because the job "
-        f"sets {by}."
+        f"{name} {show(slot.value)} from the policy ({slot.detail}) is dropped because "
+        f"{_who_sets(state.slots[by])} {by}."
     )
 
 
-def _policy_sides(state: State, names: tuple[str, ...]) -> str:
+def _policy_sides(state: State, names: tuple[str, ...], *, always_drops: bool = False) -> str:
     """A conflict the policy's defaults make (on their own, or with the documented default of
     the other side) reaches jobs that never wrote either option: said, with where the job can
-    settle it. Empty when the job or a lock set a side (its message says what to remove)."""
+    settle it. Empty when the job or a lock set a side (its message says what to remove).
+    `always_drops`: whatever the job sets, the policy's other default is dropped (R-PREC-1:
+    the two may never both be set), an error under strict, where only the policy can help."""
     slots = [(name, state.slots.get(name)) for name in names]
     sides = [
         (name, slot) for name, slot in slots if slot is not None and slot.source is Source.POLICY
@@ -326,6 +323,12 @@ def _policy_sides(state: State, names: tuple[str, ...]) -> str:
     ):
         return ""
     said = " and ".join(f"{name} {show(slot.value)} ({slot.detail})" for name, slot in sides)
+    if always_drops and state.strict:
+        return (
+            f" The policy's defaults set {said}, not the job; under strict the job cannot "
+            "settle this (the policy's default it would replace is dropped, an error too): the "
+            "policy needs fixing."
+        )
     which = "it" if len(sides) == 1 else "either"
     return (
         f" The policy's defaults set {said}, not the job: a value the job sets for {which} "
