@@ -1603,20 +1603,14 @@ def test_the_env_format_marks_the_cache_variable_when_the_cache_is_off_r_ocd_1(
     """With the operator compile cache off, ASCEND_CACHE_PATH places no folder: its line is
     marked (it was unmarked, as if the cache were kept there)."""
     sets = [arg for pair in cache_off for arg in ("--set", pair)]
-    proc = run(
-        "resolve",
-        "--product",
-        "atlas-a2",
-        "--env",
-        "ASCEND_CACHE_PATH=/ac",
-        *sets,
-        "--format",
-        "env",
-    )
+    env = ["--env", "ASCEND_CACHE_PATH=/ac", "--env", "ASCEND_MAX_OP_CACHE_SIZE=100"]
+    proc = run("resolve", "--product", "atlas-a2", *env, *sets, "--format", "env")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (
         "export ASCEND_CACHE_PATH=/ac  # no effect here: it places op_cache_dir, and there is "
         "none here [R-OCD-1]\n"
+        "export ASCEND_MAX_OP_CACHE_SIZE=100  # no effect here: it sizes op_cache_dir, and "
+        "there is none here [R-OCC-4]\n"
     )
 
 

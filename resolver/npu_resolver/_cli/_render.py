@@ -10,7 +10,7 @@ from typing import Final
 
 from .._catalog import CATALOG
 from .._model import JSON, Code, Diagnostic, Resolution, Severity, Source
-from .._options import NAMED_ENV_VARS, OUTRANKED_FOLDER_VARS
+from .._options import CACHE_ENV_VARS, ENV_VAR_RULES, NAMED_ENV_VARS, OUTRANKED_FOLDER_VARS
 from .._paths import FOLDER_OPTIONS
 
 _COLOURS: Final = {
@@ -203,6 +203,7 @@ def render_python(result: Resolution) -> str:
 
 _WINNERS: Final = {Source.USER: "the explicit", Source.POLICY_LOCKED: "the policy's lock of"}
 _DROPS: Final = frozenset(code for code in Code if code.value.startswith("DROPPED_"))
+_CACHE_FOLDER: Final = FOLDER_OPTIONS["op_compiler_cache_dir"]
 
 
 def _env_mark(result: Resolution, variable: str) -> str:
@@ -213,6 +214,9 @@ def _env_mark(result: Resolution, variable: str) -> str:
     for diagnostic in result.diagnostics:
         if diagnostic.option == f"env.{variable}" and diagnostic.severity is Severity.ERROR:
             return f"  # not valid here: {diagnostic.code.value} [{diagnostic.rule}]"
+    if variable in CACHE_ENV_VARS and _CACHE_FOLDER not in result.paths:  # the cache is off
+        rule = ENV_VAR_RULES[variable]
+        return f"  # no effect here: it sizes {_CACHE_FOLDER}, and there is none here [{rule}]"
     outranked = OUTRANKED_FOLDER_VARS.get(variable)
     if outranked is not None:
         return _outranked_mark(result, variable, *outranked)
