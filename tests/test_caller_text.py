@@ -658,3 +658,11 @@ def test_r_pm2_3_r_pm_4_a_suggested_value_is_one_this_product_takes() -> None:
     assert told > 100  # most misspellings are still told a value
     spelt = resolve(ResolveRequest("atlas-350", {"precision_mode_v2": "mixed_hif"}))
     assert [(d.code, d.suggestion) for d in spelt.errors] == [(Code.INVALID_VALUE, "")]
+
+
+@pytest.mark.parametrize("padded", ["00000000000000000000500", "0" * 5_000 + "500"])
+def test_r_occ_4_a_zero_padded_cache_size_is_its_number_as_an_options_is(padded: str) -> None:
+    """HCCL_EXEC_TIMEOUT of leading zeros is its number; a cache size variable of them was
+    refused as not an integer (18 digits at most, zeros counted)."""
+    answer = resolve(ResolveRequest("atlas-a2", env={"ASCEND_MAX_OP_CACHE_SIZE": padded}))
+    assert answer.ok and answer.diagnostics == ()

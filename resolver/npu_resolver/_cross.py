@@ -43,7 +43,8 @@ MIXED_PRECISION: Final = frozenset(
     {"mixed_float16", "mixed_bfloat16", "allow_mix_precision_fp16", "allow_mix_precision_bf16"}
 )
 EXPERIMENTAL_RULE: Final = "R-EXP-2"
-_ENV_INT: Final = re.compile(r"-?[0-9]{1,18}")
+_ENV_INT: Final = re.compile(r"(-?)0*([0-9]{1,18})")
+"""A size variable's integer; leading zeros pad it, as they do an option's (R-OCC-4)."""
 
 
 # ------------------------------------------------------------------------------- defaults
@@ -876,7 +877,8 @@ def cache_size_variables(state: State) -> None:
                 state, var, "R-OCC-4", f"op_cache.ini or the default ({default}) applies"
             )
             continue
-        number = int(stripped) if _ENV_INT.fullmatch(stripped) else None
+        digits = _ENV_INT.fullmatch(stripped)
+        number = int(digits[1] + digits[2]) if digits else None
         if number is None or number < least or (greatest is not None and number > greatest):
             state.emit(
                 Code.INVALID_VALUE,
