@@ -311,8 +311,10 @@ def test_cli_attaches_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
     assert "NOT_CHECKED" not in notes  # the file was read
 
 
-def test_cli_ctrl_c_says_interrupted_and_exits_130() -> None:
-    """Ctrl-C while the CLI waits (here on standard input) ended in a 35-line traceback."""
+def test_cli_ctrl_c_says_interrupted_and_ends_by_the_signal() -> None:
+    """Ctrl-C while the CLI waits (here on standard input) ended in a 35-line traceback. The
+    command still ends by SIGINT, as Python does, so that a shell script running it stops
+    (an exit status of 130 would tell bash the command handled the interrupt)."""
     import signal
     import time
 
@@ -335,7 +337,7 @@ def test_cli_ctrl_c_says_interrupted_and_exits_130() -> None:
     time.sleep(2.0)  # past the imports, waiting on stdin
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
+    assert proc.returncode == -signal.SIGINT, err
     assert err == b"npu-resolve: interrupted\n" and out == b""
 
 
@@ -660,9 +662,25 @@ def test_r_pm2_3_r_pm_4_a_suggested_value_is_one_this_product_takes() -> None:
     assert [(d.code, d.suggestion) for d in spelt.errors] == [(Code.INVALID_VALUE, "")]
 
 
-@pytest.mark.parametrize("padded", ["00000000000000000000500", "0" * 5_000 + "500"])
+@pytest.mark.parametrize("padded", ["00000000000000000000500", "0" * 5_000 + "500", "+500"])
 def test_r_occ_4_a_zero_padded_cache_size_is_its_number_as_an_options_is(padded: str) -> None:
     """HCCL_EXEC_TIMEOUT of leading zeros is its number; a cache size variable of them was
     refused as not an integer (18 digits at most, zeros counted)."""
     answer = resolve(ResolveRequest("atlas-a2", env={"ASCEND_MAX_OP_CACHE_SIZE": padded}))
     assert answer.ok and answer.diagnostics == ()
+
+
+def test_cli_main_takes_a_callers_arguments_as_the_text_they_are(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only sys.argv is read back as the UTF-8 its bytes are: a list given to main() holds
+    text already (in a Latin-1 locale, here made by the encoder os.fsencode would use,
+    '/café' given to main() became '/caf\\xe9' and was refused as not UTF-8)."""
+    from npu_resolver._cli import main
+
+    monkeypatch.setattr(os, "fsencode", lambda text: text.encode("latin-1", "surrogateescape"))
+    code = main(
+        ["resolve", "--product", "atlas-a2", "--set", "debug_dir=/café", "--format", "json"]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["options"]["debug_dir"] == "/café"

@@ -1612,6 +1612,12 @@ def test_the_env_format_marks_the_cache_variable_when_the_cache_is_off_r_ocd_1(
         "export ASCEND_MAX_OP_CACHE_SIZE=100  # no effect here: it sizes op_cache_dir, and "
         "there is none here [R-OCC-4]\n"
     )
+    # An answer that resolved nothing (an unknown product) has no paths at all: no mark.
+    unknown = run("resolve", "--product", "nope", *env, "--format", "env")
+    assert unknown.stdout.splitlines()[1:] == [
+        "export ASCEND_CACHE_PATH=/ac",
+        "export ASCEND_MAX_OP_CACHE_SIZE=100",
+    ]
 
 
 def test_diff_table_columns_are_as_wide_as_their_widest_cell() -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ._cross import dynamic_shape
 from ._model import Code, Source, printable, unset
 from ._products import LEGACY_FAMILY, NEW_FAMILY
-from ._state import State
+from ._state import Slot, State
 from ._values import show
 
 if TYPE_CHECKING:  # the parsers load only when a request carries an attachment
@@ -108,6 +108,16 @@ def _issue_code(issue: ParseIssue) -> Code:
     return Code.ADVICE if issue.advice else Code.NORMALIZED
 
 
+def _policy_level(level: Slot) -> str:
+    """The job set oom, not the level: a policy default's level is the job's to replace."""
+    if level.source is Source.POLICY:
+        return (
+            f" (op_debug_level 2 is the policy's default, {level.detail}: the job's own "
+            "op_debug_level takes its place)"
+        )
+    return ""
+
+
 def _op_debug(state: State, parsed: OpDebugConfig) -> None:
     options = parsed.options
     name = "op_debug_config"
@@ -144,17 +154,13 @@ def _op_debug(state: State, parsed: OpDebugConfig) -> None:
     # op_debug_level to settle it.
     if "oom" in options and state.value("op_debug_level") == 2:  # R-DEP-3
         level = state.slots["op_debug_level"]
-        whose = (  # the job set oom, not the level: it settles this by setting the level
-            f" (op_debug_level 2 is the policy's default, {level.detail}: the job's own "
-            "op_debug_level takes its place)"
-            if level.source is Source.POLICY
-            else ""
-        )
+        fix = f"use op_debug_level 0, 1, 3 or 4, or remove oom{_policy_level(level)}"
+        if level.source is Source.POLICY_LOCKED:  # the job cannot change the level
+            fix = f"remove oom: the policy locks op_debug_level 2 ({level.detail})"
         state.conflict(
             "op_debug_level",
             "R-DEP-3",
-            "op_debug_level 2 cannot be used with oom in op_debug_config (AI Core Error); "
-            f"use op_debug_level 0, 1, 3 or 4, or remove oom{whose}.",
+            f"op_debug_level 2 cannot be used with oom in op_debug_config (AI Core Error); {fix}.",
         )
     if options and parsed.op_debug_list is None and name in state.slots:  # R-OCC-3
         state.force(

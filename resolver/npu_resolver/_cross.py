@@ -43,7 +43,7 @@ MIXED_PRECISION: Final = frozenset(
     {"mixed_float16", "mixed_bfloat16", "allow_mix_precision_fp16", "allow_mix_precision_bf16"}
 )
 EXPERIMENTAL_RULE: Final = "R-EXP-2"
-_ENV_INT: Final = re.compile(r"(-?)0*([0-9]{1,18})")
+_ENV_INT: Final = re.compile(r"([+-]?)0*([0-9]{1,18})")
 """A size variable's integer; leading zeros pad it, as they do an option's (R-OCC-4)."""
 
 

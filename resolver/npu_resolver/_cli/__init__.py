@@ -41,7 +41,7 @@ from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableE
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED: Final = 128 + int(signal.SIGINT)
-"""Ctrl-C, as a shell reports a command SIGINT ended: 130, with one line and no traceback."""
+"""Ctrl-C, where SIGINT does not end the process: 130, as a shell reports one it ended."""
 
 
 class _Once(argparse.Action):
@@ -471,12 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from_os = argv is None  # sys.argv, decoded in the locale's encoding (see utf8_text)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])
     try:
         args = build_parser().parse_args(argv)
-        text_arguments(args)
+        if from_os:
+            text_arguments(args)
         code: int = args.func(args)
         return code
     except UsageError as exc:
@@ -497,4 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:  # Ctrl-C while waiting on a server, stdin or a FIFO
         _warn("npu-resolve: interrupted")
-        return EXIT_INTERRUPTED
+        # Ended by the signal itself, as Python does with an uncaught KeyboardInterrupt: a
+        # shell stops a script whose command SIGINT ended, not one that exited 130.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return EXIT_INTERRUPTED  # where the signal does not end the process

@@ -214,7 +214,8 @@ def _env_mark(result: Resolution, variable: str) -> str:
     for diagnostic in result.diagnostics:
         if diagnostic.option == f"env.{variable}" and diagnostic.severity is Severity.ERROR:
             return f"  # not valid here: {diagnostic.code.value} [{diagnostic.rule}]"
-    if variable in CACHE_ENV_VARS and _CACHE_FOLDER not in result.paths:  # the cache is off
+    cache_off = result.paths and _CACHE_FOLDER not in result.paths  # resolved, with no cache
+    if variable in CACHE_ENV_VARS and cache_off:
         rule = ENV_VAR_RULES[variable]
         return f"  # no effect here: it sizes {_CACHE_FOLDER}, and there is none here [{rule}]"
     outranked = OUTRANKED_FOLDER_VARS.get(variable)
@@ -247,7 +248,7 @@ def _outranked_mark(result: Resolution, variable: str, option: str, rule: str, w
     """A folder variable beside the option that outranks it (the report's ENV_OVERRIDDEN), or
     one whose folder the answer holds none of (the cache off: R-OCD-1, R-OCC-2)."""
     folder = FOLDER_OPTIONS.get(option)
-    if whole and folder is not None and folder not in result.paths:
+    if whole and folder is not None and result.paths and folder not in result.paths:
         return f"  # no effect here: it places {folder}, and there is none here [{rule}]"
     said = any(
         d.code is Code.ENV_OVERRIDDEN and d.option == option and d.rule == rule
