@@ -309,6 +309,12 @@ def test_cli_attaches_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
     assert proc.returncode in (0, 1), proc.stderr
     notes = [d["code"] for d in json.loads(proc.stdout)["diagnostics"]]
     assert "NOT_CHECKED" not in notes  # the file was read
+    missing = _cli_bytes(
+        "resolve", "--product", "atlas-a2", "--set", "op_debug_config=/job/debug.cfg",
+        b"--attach", b"op_debug_config=" + named + b".gone",
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert b"debug\\xff.cfg.gone: No such file" in missing.stderr, missing.stderr  # the byte
 
 
 def test_cli_ctrl_c_says_interrupted_and_ends_by_the_signal() -> None:

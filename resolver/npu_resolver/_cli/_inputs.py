@@ -107,8 +107,9 @@ def _typed(name: str, text: str) -> JSON:
 
 
 def _named(path: str) -> str:
-    """A file as messages name it: "-" is standard input."""
-    return "from standard input" if path == "-" else path
+    """A file as messages name it: "-" is standard input; a name's bytes that are not UTF-8 as
+    the bytes (\\xff), as every argument is shown."""
+    return "from standard input" if path == "-" else _as_given(path)
 
 
 def _read_at_most(path: str, what: str, size: int) -> bytes:
@@ -231,7 +232,7 @@ def _read_attachment(option: str, path: str) -> str:
     text, issue = decode_attachment(data)
     if text is None:
         reason = issue.message if issue is not None else "not readable as text"
-        raise UsageError(f"{option} file {path} ({FORMAT_RULES[option]}): {reason}")
+        raise UsageError(f"{option} file {_named(path)} ({FORMAT_RULES[option]}): {reason}")
     return text
 
 
