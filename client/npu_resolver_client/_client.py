@@ -2,15 +2,15 @@
 
 Every call has a deadline (10 s unless given; `timeout` in seconds, on the client or per call,
 `math.inf` for none, a positive number otherwise: 0, a negative or NaN is a ValueError, and a
-deadline beyond MAX_TIMEOUT, about three years, is that long). UNAVAILABLE is retried by gRPC
-itself through the channel's service config (retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s
-backoff, so about 1.5 s in all); a batch's items answered UNAVAILABLE inside its OK reply (a
-server too busy for them) are sent again by the client, with the same attempts and backoff
-within the call's deadline. `wait_for_ready=True` waits instead for a server that is
-(re)starting, up to the deadline: it bridges the restart of a single replica, and makes a call
-to a server that is down take the whole deadline before ResolverUnavailable. The channel
-balances round_robin over every address the target resolves to, so
-`dns:///resolver-headless:50051` spreads calls over all replicas.
+deadline beyond MAX_TIMEOUT, about three years, is that long). UNAVAILABLE and CANCELLED (a call
+caught in a replica's shutdown) are retried by gRPC itself through the channel's service config
+(retryPolicy: 5 attempts, gRPC's most, with 0.1-1 s backoff, so about 1.5 s in all); a batch's
+items answered UNAVAILABLE inside its OK reply (a server too busy for them) are sent again by the
+client, with the same attempts and backoff within the call's deadline. `wait_for_ready=True`
+waits instead for a server that is (re)starting, up to the deadline: it bridges the restart of
+a single replica, and makes a call to a server that is down take the whole deadline before
+ResolverUnavailable. The channel balances round_robin over every address the target resolves
+to, so `dns:///resolver-headless:50051` spreads calls over all replicas.
 
 A request with errors fails INVALID_ARGUMENT with its report packed in the status details. A
 report too large for the metadata a client accepts is left out of them; `resolve` then asks
@@ -919,8 +919,9 @@ class ResolverClient:
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
-        product's report, errors included. Raises as resolve(); fewer than 2 or more than 16
-        products, or one named twice, is a ResolveError before anything is sent."""
+        product's report, errors included (a product named twice is one column). Raises as
+        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
+        anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(self._call("Diff", message, timeout), request)
 
@@ -1221,8 +1222,9 @@ class AsyncResolverClient:
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
-        product's report, errors included. Raises as resolve(); fewer than 2 or more than 16
-        products, or one named twice, is a ResolveError before anything is sent."""
+        product's report, errors included (a product named twice is one column). Raises as
+        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
+        anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(await self._call("Diff", message, timeout), request)
 
