@@ -690,3 +690,22 @@ def test_cli_main_takes_a_callers_arguments_as_the_text_they_are(
     )
     assert code == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["options"]["debug_dir"] == "/café"
+
+
+def test_cli_main_in_process_returns_130_on_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the command (run()) ends its process by the signal: main() called by a host script
+    or a test returns 130, and the caller's own SIGINT handler stays as it was."""
+    import signal
+
+    from npu_resolver import _cli
+
+    def interrupted() -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli, "build_parser", interrupted)
+    handler = signal.getsignal(signal.SIGINT)
+    assert _cli.main(["resolve", "--product", "atlas-a2"]) == 130
+    assert capsys.readouterr().err == "npu-resolve: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is handler

@@ -1908,3 +1908,15 @@ def test_only_diff_says_its_reply_may_be_several_times_its_request(
     proc = run(*command, "--help")
     assert proc.returncode == 0
     assert ("a diff's reply may be several times" in " ".join(proc.stdout.split())) is said
+
+
+def test_policy_check_names_a_file_by_its_bytes(tmp_path: Path) -> None:
+    """A policy file whose name is not UTF-8 is named with the byte (\\xff), as every argument."""
+    named = os.fsencode(tmp_path) + b"/bad\xff.toml"
+    with open(named, "w", encoding="utf-8") as file:
+        file.write("[profiles.default.locked]\nhccl_timeout = 99999999\n")
+    proc = subprocess.run(
+        [*CLI, "policy", "check", named], capture_output=True, timeout=60, check=False
+    )
+    assert proc.returncode == 1
+    assert b"bad\\xff.toml refused:" in proc.stdout, proc.stdout

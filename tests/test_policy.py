@@ -794,8 +794,9 @@ def test_r_prec_1_under_strict_a_conflict_of_the_policys_defaults_is_said_to_nee
         'precision_mode_v2 = "fp16"\n'
     )
     [error] = resolve(ResolveRequest("atlas-a2", strict=True), policy=policy).errors
-    assert "under strict the job cannot settle this" in error.message
-    assert "takes the place" not in error.message
+    assert "under strict, setting either does not settle this" in error.message
+    assert "name a profile without these defaults" in error.message
+    assert "takes the place" not in error.message and "keep only" not in error.message
     followed = resolve(
         ResolveRequest("atlas-a2", {"precision_mode_v2": "fp16"}, strict=True), policy=policy
     )

@@ -222,12 +222,9 @@ def precision_conflict(state: State) -> None:
                 f"{both}; the policy locks precision_mode_v2, so remove precision_mode.",
             )
         else:
-            state.conflict(
-                "precision_mode",
-                "R-PREC-1",
-                f"{both}; keep only precision_mode_v2."
-                + _policy_sides(state, ("precision_mode", "precision_mode_v2"), always_drops=True),
-            )
+            sides = _policy_sides(state, ("precision_mode", "precision_mode_v2"), always_drops=True)
+            keep = "" if sides and state.strict else "; keep only precision_mode_v2"
+            state.conflict("precision_mode", "R-PREC-1", f"{both}{keep}.{sides}")
 
 
 def clash_stands(
@@ -326,9 +323,9 @@ def _policy_sides(state: State, names: tuple[str, ...], *, always_drops: bool = 
     said = " and ".join(f"{name} {show(slot.value)} ({slot.detail})" for name, slot in sides)
     if always_drops and state.strict:
         return (
-            f" The policy's defaults set {said}, not the job; under strict the job cannot "
-            "settle this (the policy's default it would replace is dropped, an error too): the "
-            "policy needs fixing."
+            f" The policy's defaults set {said}, not the job; under strict, setting either "
+            "does not settle this (the policy's other default is dropped, an error too): name "
+            "a profile without these defaults, or have the policy fixed."
         )
     which = "it" if len(sides) == 1 else "either"
     return (

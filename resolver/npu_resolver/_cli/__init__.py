@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
@@ -22,6 +23,7 @@ from .._options import MENTIONED_ONLY
 from ._inputs import (
     CREDENTIAL_FLAGS,
     UsageError,
+    _as_given,
     credentials,
     read_policy,
     request_from_args,
@@ -41,7 +43,8 @@ from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableE
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED: Final = 128 + int(signal.SIGINT)
-"""Ctrl-C, where SIGINT does not end the process: 130, as a shell reports one it ended."""
+"""Ctrl-C: main() returns 130, as a shell reports a command SIGINT ended; run() then ends the
+process by the signal itself."""
 
 
 class _Once(argparse.Action):
@@ -275,7 +278,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         except PolicyReadError as exc:
             raise UsageError(f"policy {exc}") from exc
         except PolicyError as exc:
-            _print(f"policy {args.file} refused:")
+            _print(f"policy {_as_given(args.file)} refused:")
             for problem in exc.problems:
                 _print(f"  - {problem}")
             _warn(  # what a fixed file may bring next: said now, not found on the next run
@@ -291,7 +294,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         errors = sum(says.severity is Severity.ERROR for says in said)
         if errors:  # loadable, but every job it reaches fails: not a file to push
             _warn(
-                f"policy {args.file} loads, but {errors} of its diagnostics_from_the_policy "
+                f"policy {_as_given(args.file)} loads, but {errors} of its "
+                "diagnostics_from_the_policy "
                 f"{'is an ERROR' if errors == 1 else 'are ERRORs'}: the jobs "
                 f"{'it names' if errors == 1 else 'they name'} would fail"
             )
@@ -470,8 +474,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from_os = argv is None  # sys.argv, decoded in the locale's encoding (see utf8_text)
+def run() -> NoReturn:
+    """The `npu-resolve` command: main() on sys.argv, and a Ctrl-C ends the process by SIGINT
+    after its one line, as Python does with an uncaught KeyboardInterrupt (a shell stops a
+    script whose command SIGINT ended, not one that exited 130)."""
+    code = main()
+    if code == EXIT_INTERRUPTED and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGINT)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None, *, from_os: bool | None = None) -> int:
+    """The command on `argv` (sys.argv's when None), returning its exit status. `from_os`
+    (default: argv is None) reads the text arguments back as the UTF-8 their bytes are, as
+    for sys.argv, decoded in the locale's encoding (see utf8_text); a list of text is taken
+    as it is. Ctrl-C returns EXIT_INTERRUPTED (run() then ends by the signal)."""
+    if from_os is None:
+        from_os = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])
@@ -499,8 +519,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:  # Ctrl-C while waiting on a server, stdin or a FIFO
         _warn("npu-resolve: interrupted")
-        # Ended by the signal itself, as Python does with an uncaught KeyboardInterrupt: a
-        # shell stops a script whose command SIGINT ended, not one that exited 130.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        return EXIT_INTERRUPTED  # where the signal does not end the process
+        return EXIT_INTERRUPTED

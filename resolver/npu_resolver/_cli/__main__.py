@@ -1,5 +1,5 @@
 """`python -m npu_resolver._cli` runs the CLI."""
 
-from . import main
+from . import run
 
-raise SystemExit(main())
+run()
