@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from npu_resolver._rules import RULES
 from npu_resolver_client import ResolveFailure, ResolverClient
 from npu_resolver_client.wire import NotSendableError, pb, request_to_proto
 from tests._server import grpc_server, grpc_target  # noqa: F401
-from tests.test_cli import run
+from tests.test_cli import CLI, run
 
 LONE = "\ud800"
 BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
@@ -224,36 +223,22 @@ def test_cli_reports_surrogate_escapes_in_a_config_file(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["diagnostics"][0]["option"] == "debug_dir"
 
 
-def test_cli_refuses_env_bytes_that_are_not_utf8() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "npu_resolver._cli",
-            "resolve",
-            "--product",
-            "atlas-a2",
-            b"--env",
-            b"ASCEND_WORK_PATH=/job/\xff",
-        ],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert b"ASCEND_WORK_PATH" in proc.stderr and b"not valid UTF-8" in proc.stderr
-
-
 def _cli_bytes(
     *args: str | bytes, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "npu_resolver._cli", *args],
+        [*CLI, *args],
         capture_output=True,
         timeout=60,
         check=False,
         env=env,
     )
+
+
+def test_cli_refuses_env_bytes_that_are_not_utf8() -> None:
+    proc = _cli_bytes("resolve", "--product", "atlas-a2", b"--env", b"ASCEND_WORK_PATH=/job/\xff")
+    assert proc.returncode == 2
+    assert b"ASCEND_WORK_PATH" in proc.stderr and b"not valid UTF-8" in proc.stderr
 
 
 def test_cli_text_arguments_are_read_as_utf8_whatever_the_locale() -> None:
@@ -325,16 +310,7 @@ def test_cli_ctrl_c_says_interrupted_and_ends_by_the_signal() -> None:
     import time
 
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "npu_resolver._cli",
-            "resolve",
-            "--product",
-            "atlas-a2",
-            "--config",
-            "-",
-        ],
+        [*CLI, "resolve", "--product", "atlas-a2", "--config", "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -412,7 +412,9 @@ def op_precision_supersedes_implmode(state: State) -> None:
     setter = state.slots.get("op_precision_mode")
     if setter is None:
         return
-    who = "set" if setter.source is Source.USER else f"set by {_setter(setter)}"
+    # The job's own, or the policy's (it has no variable and no default): said with its table.
+    by_policy = setter.source in (Source.POLICY, Source.POLICY_LOCKED)
+    who = f"set by the policy ({setter.detail})" if by_policy else "set"
     for name in ("op_select_implmode", "optypelist_for_implmode"):
         if name in state.slots:
             state.drop(
@@ -422,15 +424,6 @@ def op_precision_supersedes_implmode(state: State) -> None:
                 f"{name} {show(state.value(name))} is dropped because op_precision_mode is {who} "
                 "and only op_precision_mode takes effect; remove it.",
             )
-
-
-def _setter(slot: Slot) -> str:
-    """Who set a value other than the job's own config: said where a rule acts on it."""
-    if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
-        return f"the policy ({slot.detail})"
-    if slot.source is Source.ENV:
-        return slot.env_var
-    return "its default"
 
 
 def optypelist_needs_implmode(state: State) -> None:

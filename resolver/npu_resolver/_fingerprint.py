@@ -38,7 +38,7 @@ _encode_value: Final = (
 float formatter) on every call, most of the cost of encoding a small object."""
 
 
-def _alike(value: Any) -> Any:
+def alike_numbers(value: Any) -> Any:
     """`value` with every integral float written as the int it equals (2.0 as 2, -0.0 as 0):
     numbers that compare equal hash alike, so equal options get equal fingerprints however
     they travelled (a Struct carries every number as a double, and JSON text may write 2 as
@@ -48,19 +48,19 @@ def _alike(value: Any) -> Any:
             int(value) if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT else value
         )
     if isinstance(value, dict):
-        return {key: _alike(item) for key, item in value.items()}
+        return {key: alike_numbers(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_alike(item) for item in value]
+        return [alike_numbers(item) for item in value]
     return value
 
 
 def _value_text(value: JSON) -> str:
     """canonical_json(value) for a value not memoized (an object, a list, a float), its numbers
-    written alike (_alike). A value that holds itself (never one the resolver took: each is
+    written alike (alike_numbers). A value that holds itself (never one the resolver took: each is
     walked to a bounded depth first) recurses to the limit and is then encoded by
     canonical_json, which says so as it always did."""
     try:
-        value = _alike(value)
+        value = alike_numbers(value)
     except RecursionError:
         return canonical_json(value)
     if _encode_value is None:  # a Python without json's C accelerator

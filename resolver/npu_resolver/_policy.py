@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._catalog import CATALOG, Catalog
-from ._fingerprint import canonical_json
-from ._model import JSON, MAX_EXACT_INT, Code, Resolution, ResolveRequest, Severity, cut_text
+from ._fingerprint import alike_numbers, canonical_json
+from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
 from ._products import PRODUCT_IDS, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
@@ -445,17 +445,17 @@ def as_carried(value: Any) -> Any:
     order, and a number is a double): keys sorted, and a whole number within ±2^53 an int
     (2.0 as 2), so that `resolve --policy` in process and a server running the policy answer
     alike. Equal as JSON to what the file says; scalars are left to their option's parse."""
+    if not isinstance(value, dict | list):
+        return value
+    return _keys_sorted(alike_numbers(value))  # numbers as the fingerprint writes them
+
+
+def _keys_sorted(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: _carried(value[key]) for key in sorted(value)}
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
     if isinstance(value, list):
-        return [_carried(item) for item in value]
+        return [_keys_sorted(item) for item in value]
     return value
-
-
-def _carried(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_INT:
-        return int(value)
-    return as_carried(value)
 
 
 class _LocksOnly:

@@ -214,8 +214,7 @@ def _env_mark(result: Resolution, variable: str) -> str:
     for diagnostic in result.diagnostics:
         if diagnostic.option == f"env.{variable}" and diagnostic.severity is Severity.ERROR:
             return f"  # not valid here: {diagnostic.code.value} [{diagnostic.rule}]"
-    cache_off = result.paths and _CACHE_FOLDER not in result.paths  # resolved, with no cache
-    if variable in CACHE_ENV_VARS and cache_off:
+    if variable in CACHE_ENV_VARS and _none_placed(result, _CACHE_FOLDER):  # the cache is off
         rule = ENV_VAR_RULES[variable]
         return f"  # no effect here: it sizes {_CACHE_FOLDER}, and there is none here [{rule}]"
     outranked = OUTRANKED_FOLDER_VARS.get(variable)
@@ -244,11 +243,16 @@ def _env_mark(result: Resolution, variable: str) -> str:
     return ""
 
 
+def _none_placed(result: Resolution, folder: str) -> bool:
+    """A resolved answer (one that resolved nothing has no paths at all) without `folder`."""
+    return bool(result.paths) and folder not in result.paths
+
+
 def _outranked_mark(result: Resolution, variable: str, option: str, rule: str, whole: bool) -> str:
     """A folder variable beside the option that outranks it (the report's ENV_OVERRIDDEN), or
     one whose folder the answer holds none of (the cache off: R-OCD-1, R-OCC-2)."""
     folder = FOLDER_OPTIONS.get(option)
-    if whole and folder is not None and result.paths and folder not in result.paths:
+    if whole and folder is not None and _none_placed(result, folder):
         return f"  # no effect here: it places {folder}, and there is none here [{rule}]"
     said = any(
         d.code is Code.ENV_OVERRIDDEN and d.option == option and d.rule == rule
