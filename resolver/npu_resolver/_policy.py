@@ -124,6 +124,8 @@ class Policy:
 
     def __init__(self, profiles: Mapping[str, _Profile], source: str, catalog: Catalog) -> None:
         self.source = source
+        self.file_digest = ""
+        """The full hash of the file's bytes it was loaded from (load_policy), else empty."""
         self._catalog = catalog
         self._profiles = profiles
         self._profile_names = tuple(sorted(profiles))
@@ -828,7 +830,12 @@ def _kind_of(path: str | Path) -> str:
 
 def content_digest(raw: bytes) -> str:
     """The short hash by which a refused file is reported."""
-    return hashlib.sha256(raw).hexdigest()[:12]
+    return short_digest(hashlib.sha256(raw).hexdigest())
+
+
+def short_digest(full: str) -> str:
+    """A file's short hash, from its full SHA-256 in hex."""
+    return full[:12]
 
 
 def policy_file_digest(path: str | Path) -> str:
@@ -841,17 +848,33 @@ def policy_file_digest(path: str | Path) -> str:
         return ""
 
 
-def load_policy(path: str | Path, catalog: Catalog = CATALOG) -> Policy:
-    """Read and check a policy file (the one place the resolver package opens a file)."""
+def load_policy(
+    path: str | Path, catalog: Catalog = CATALOG, *, reuse: Policy | None = None
+) -> Policy:
+    """Read and check a policy file (the one place the resolver package opens a file).
+
+    `reuse`: a policy loaded before; when the file holds the very bytes it was loaded from, from
+    the same path and for the same catalog, it is returned as it is, without the check (which
+    takes seconds for a large policy, for every reload asked of an unchanged file)."""
     source = str(path)
     raw = read_policy_bytes(path)
-    digest = content_digest(raw)
+    full_digest = hashlib.sha256(raw).hexdigest()
+    if (
+        reuse is not None
+        and reuse.file_digest == full_digest
+        and reuse.source == source
+        and reuse._catalog is catalog
+    ):
+        return reuse
+    digest = short_digest(full_digest)
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")  # a byte order mark, as editors write
     except UnicodeDecodeError as exc:
         raise PolicyError(source, [f"not UTF-8 at byte {exc.start}"], digest=digest) from None
     try:
-        return parse_policy(text, source, catalog)
+        policy = parse_policy(text, source, catalog)
     except PolicyError as exc:
         exc.digest = digest
         raise
+    policy.file_digest = full_digest
+    return policy

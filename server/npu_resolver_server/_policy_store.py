@@ -42,12 +42,6 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
-def _default_loader(path: Path) -> PolicyLike:
-    from npu_resolver import load_policy
-
-    return load_policy(path)
-
-
 def _load_errors() -> tuple[type[Exception], ...]:
     from npu_resolver import PolicyError
 
@@ -141,11 +135,11 @@ class PolicyStore:
         self,
         path: Path | None = None,
         *,
-        loader: Loader = _default_loader,
+        loader: Loader | None = None,
         on_change: Callable[[PolicyStore], None] | None = None,
     ) -> None:
         self.path = path
-        self._loader = loader
+        self._loader = loader if loader is not None else self._load_file
         self._listeners: list[Callable[[PolicyStore], None]] = []
         if on_change is not None:
             self._listeners.append(on_change)
@@ -160,6 +154,14 @@ class PolicyStore:
         self._applied = 0
         self._loading: asyncio.Future[ReloadOutcome] | None = None
         self._next_load: asyncio.Future[ReloadOutcome] | None = None
+
+    def _load_file(self, path: Path) -> PolicyLike:
+        """The default loader: a file still holding the bytes the policy in force came from
+        gives that policy back unchecked, so that a reload of an unchanged file (a ReloadPolicy
+        call, SIGHUP, a touch) costs a read, not the seconds a large policy takes to check."""
+        current = self.current
+        reuse = current if isinstance(current, npu_resolver.Policy) else None
+        return npu_resolver.load_policy(path, reuse=reuse)
 
     @classmethod
     def fixed(cls, policy: PolicyLike | None) -> PolicyStore:
