@@ -550,7 +550,9 @@ def test_the_image_builds_with_pinned_versions_that_satisfy_the_project() -> Non
             name, _, version = line.partition("==")
             pins[canonicalize_name(name)] = version
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for text in pyproject["project"]["dependencies"]:
+    # The tracing extra too: an image built with EXTRAS=tracing serves --tracing.
+    extra = pyproject["project"]["optional-dependencies"]["tracing"]
+    for text in [*pyproject["project"]["dependencies"], *extra]:
         wanted = Requirement(text)
         pinned = pins.get(canonicalize_name(wanted.name))
         assert pinned is not None, f"{wanted.name} is not pinned in deploy/constraints.txt"
@@ -570,5 +572,7 @@ def test_the_image_builds_with_pinned_versions_that_satisfy_the_project() -> Non
             assert needed.specifier.contains(pinned), f"{name} needs {needed}, pinned {pinned}"
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
     assert "--constraint constraints.txt" in dockerfile
+    # The extras named at build time reach both the wheels built and the package installed.
+    assert dockerfile.count('${EXTRAS:+[$EXTRAS]}"') == 2, "EXTRAS must reach both stages"
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert "!deploy/constraints.txt" in ignore  # in the build context though deploy/ is not
