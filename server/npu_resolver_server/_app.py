@@ -28,6 +28,7 @@ from npu_resolver_client.wire import pb
 from . import _logging
 from ._auth import TokenFile, TokenInterceptor
 from ._cache import AnswerCache
+from ._cert_dates import utc_text
 from ._metrics import Metrics
 from ._policy_store import PolicyStore
 from ._reload_marks import (
@@ -188,6 +189,8 @@ class ResolverServer:
     health_server: grpc.aio.Server | None = None
     health_port: int = 0
     metrics: Metrics | None = None
+    tls_not_after: float | None = None
+    """The serving certificate's expiry (seconds since the epoch), as last loaded."""
     _stopped: bool = field(default=False, repr=False)
     _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -298,7 +301,14 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
     server.add_generic_rpc_handlers((service.unknown_method_handler(),))  # the last one
-    credentials = server_credentials(settings)
+    expiry: list[float | None] = [None]
+
+    def certificate_loaded(expires: float | None) -> None:
+        expiry[0] = expires
+        if metrics is not None:
+            metrics.certificate(expires)
+
+    credentials = server_credentials(settings, certificate_loaded)
     address = _address(settings.host, settings.port)
     if credentials is None:
         port = server.add_insecure_port(address)
@@ -308,6 +318,7 @@ def create_server(
         raise OSError(f"could not listen on {address}")
     resolver_server = ResolverServer(server, health_servicer, service, store, port, settings)
     resolver_server.metrics = metrics
+    resolver_server.tls_not_after = expiry[0]
     if settings.health_port:
         health_only = grpc.aio.server(options=options)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_only)
@@ -497,6 +508,11 @@ async def serve(
                 "port": built.port,
                 "health_port": built.health_port,
                 "tls": settings.tls,
+                **(
+                    {}
+                    if built.tls_not_after is None
+                    else {"tls_not_after": utc_text(built.tls_not_after)}
+                ),
                 "worker": worker,
                 "policy_version": built.store.version,
             }

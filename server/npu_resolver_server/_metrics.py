@@ -92,6 +92,10 @@ class Metrics:
             multiprocess_mode="livemax",
             registry=registry,
         )
+        self._registry = registry
+        self._tls_expiry: Any = None
+        """Made when a certificate is loaded: a server without TLS has no such series (a gauge
+        without labels would say 0, an expiry in 1970)."""
         self._version: str | None = None
         self._children: dict[tuple[Any, ...], Any] = {}
         self._calls: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -170,6 +174,23 @@ class Metrics:
                     self.policy_info.remove(self._version)
             self.policy_info.labels(version).set(1)
             self._version = version
+
+    def certificate(self, expires: float | None) -> None:
+        """The serving certificate just loaded (its expiry unread: the series says nothing)."""
+        if expires is None:
+            return
+        if self._tls_expiry is None:
+            from prometheus_client import Gauge
+
+            self._tls_expiry = Gauge(
+                "npu_resolver_tls_certificate_expiry_timestamp_seconds",
+                "When the serving TLS certificate expires (seconds since the epoch): alert well "
+                "before it, as a renewal that stopped coming is otherwise seen only when "
+                "clients fail their handshakes.",
+                multiprocess_mode="livemin",
+                registry=self._registry,
+            )
+        self._tls_expiry.set(expires)
 
     def reload_failed(self, count: int) -> None:
         """Failed reloads this worker counts for the server (see ReloadFailures)."""

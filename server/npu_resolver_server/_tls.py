@@ -3,7 +3,10 @@
 Certificates are renewed in place (cert-manager rewrites the Secret, and the kubelet swaps the
 mounted files): gRPC asks before each new connection's handshake whether the certificates
 changed, and a renewed pair is taken without a restart. A pair that does not hold together
-(caught mid-rewrite, or a bad renewal) is refused and the last good one kept.
+(caught mid-rewrite, or a bad renewal) is refused and the last good one kept, as is a
+certificate already expired: at start it stops the start, since no client would accept it.
+The certificate's expiry is logged and exported, so that a renewal that stopped coming is seen
+before it becomes an outage that health checks cannot show.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
 from npu_resolver_client.credentials import pair_problem
 
+from ._cert_dates import not_after, utc_text
 from .settings import ServerSettings
 
 log = logging.getLogger("npu_resolver_server")
@@ -32,8 +38,18 @@ def file_stamp(path: Path) -> tuple[int, ...]:
 class CertificateFiles:
     """The files of --tls-cert, --tls-key and --tls-client-ca, and what was last read of them."""
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+    def __init__(
+        self,
+        cert: Path,
+        key: Path,
+        client_ca: Path | None,
+        *,
+        on_loaded: Callable[[float | None], None] | None = None,
+    ) -> None:
+        """`on_loaded(expires)`: called with the certificate's notAfter (seconds since the
+        epoch, None when it cannot be read) at start and after each renewal taken."""
         self.cert, self.key, self.client_ca = cert, key, client_ca
+        self._on_loaded = on_loaded
         self._lock = threading.Lock()  # handshakes may ask from several gRPC threads at once
         self._stamp = self._stamped()
         self._refused: object = None
@@ -42,6 +58,9 @@ class CertificateFiles:
         problem = self.problem(self.current)
         if problem:
             raise ValueError(problem)
+        self.expires = not_after(self.current[1])
+        if on_loaded is not None:
+            on_loaded(self.expires)
 
     @property
     def renewable(self) -> bool:
@@ -63,7 +82,15 @@ class CertificateFiles:
     def problem(self, material: tuple[bytes, bytes, bytes | None]) -> str:
         key, cert, _ = material
         problem = pair_problem(cert, key, f"--tls-cert {self.cert}")
-        return f"--tls-key {self.key} {problem}" if problem else ""
+        if problem:
+            return f"--tls-key {self.key} {problem}"
+        expires = not_after(cert)
+        if expires is not None and expires <= time.time():
+            return (
+                f"--tls-cert {self.cert} expired at {utc_text(expires)}: no client accepts it; "
+                "give a renewed certificate"
+            )
+        return ""
 
     def configuration(self) -> grpc.ServerCertificateConfiguration:
         key, cert, client_ca = self.current
@@ -93,8 +120,15 @@ class CertificateFiles:
             self._refuse(stamp, problem)
             return None
         self._stamp, self._refused, self.current = stamp, None, material
-        log.info("tls_reloaded", extra={"fields": {"event": "tls_reloaded"}})
+        self.expires = not_after(material[1])
+        log.info("tls_reloaded", extra={"fields": {"event": "tls_reloaded", **self.dates()}})
+        if self._on_loaded is not None:
+            self._on_loaded(self.expires)
         return self.configuration()
+
+    def dates(self) -> dict[str, str]:
+        """The certificate's expiry, for a log line (nothing when it cannot be read)."""
+        return {} if self.expires is None else {"tls_not_after": utc_text(self.expires)}
 
     def _refuse(self, what: object, error: str) -> None:
         """Keep the pair in use; log the failure once for each state of the files."""
@@ -111,12 +145,16 @@ def _failed(error: str) -> dict[str, str]:
     }
 
 
-def server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+def server_credentials(
+    settings: ServerSettings, on_loaded: Callable[[float | None], None] | None = None
+) -> grpc.ServerCredentials | None:
     """TLS credentials from the settings' files (None without TLS); renewed files are taken
-    when the files are regular ones."""
+    when the files are regular ones. `on_loaded`: as CertificateFiles takes it."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
-    files = CertificateFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    files = CertificateFiles(
+        settings.tls_cert, settings.tls_key, settings.tls_client_ca, on_loaded=on_loaded
+    )
     mutual = settings.tls_client_ca is not None
     if not files.renewable:
         key, cert, client_ca = files.current
