@@ -454,6 +454,20 @@ def test_policy_check_names_the_defaults_a_lock_always_wins_over() -> None:
     assert "defaults_that_never_act" not in parse_policy(EXAMPLE, "p.toml").summary()
 
 
+def test_r_ibc_1_a_default_a_lock_wins_over_is_said_of_the_products_that_have_the_option() -> None:
+    """input_batch_cpy exists only on atlas-350, atlas-a3 and atlas-a2: a default the default
+    profile's lock always wins over is said to never act there, not on any product."""
+    policy = parse_policy(
+        "[profiles.default.locked]\ninput_batch_cpy = true\n"
+        "[profiles.x.defaults]\ninput_batch_cpy = false\n",
+        "p.toml",
+    )
+    assert policy.shadowed_defaults() == [
+        "input_batch_cpy default from [profiles.x.defaults] never acts on atlas-350, atlas-a3, "
+        "atlas-a2: it is locked from [profiles.default.locked]"
+    ]
+
+
 def test_a_profile_no_request_can_name_is_refused() -> None:
     """A request with an empty profile gets "default": values under an empty name would load
     and never act."""
