@@ -273,7 +273,8 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
     tmp_path: Path,
 ) -> None:
     """One worker counts the failures all workers see alike. When it is killed and its restart
-    fails on the bad file, a further bad push is still counted, by a worker that serves."""
+    fails on the bad file, a further bad push is still counted, by a worker that serves, and
+    the workers gauges show the server running one worker of two."""
     metrics_port = free_port()
     policy = tmp_path / "policy.toml"
     policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
@@ -281,6 +282,8 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
     args = ["--workers", "2", "--metrics-port", str(metrics_port), "--policy", str(policy)]
     with ProcessServer(args, env=env) as server:
         serving = server.wait_for("serving", 2)
+        assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 2) == 2
+        assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
         for text, failures in (("bad = [[[", 1), ("worse = ]]]", 2)):
             staged = tmp_path / "staged.toml"
             staged.write_text(text)
@@ -293,6 +296,8 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
                 first = next(int(e["pid"]) for e in serving if e["worker"] == 0)
                 os.kill(first, signal.SIGKILL)
                 server.wait_for("worker_restart_failed")
+                assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 1) == 1
+                assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
 
 
 def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> None:

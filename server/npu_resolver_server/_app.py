@@ -489,6 +489,8 @@ async def serve(
     if sighup_held():  # asked for while the policy loaded: read the file again now
         on_hup()
     await built.start()
+    if metrics is not None:
+        metrics.serving(settings.workers)
     if settings.policy is not None and settings.admin_token_file is None and worker == 0:
         log.warning(
             "ReloadPolicy is open to every caller that reaches the port",

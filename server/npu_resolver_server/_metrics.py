@@ -92,6 +92,19 @@ class Metrics:
             multiprocess_mode="livemax",
             registry=registry,
         )
+        self.workers_serving = Gauge(
+            "npu_resolver_workers_serving",
+            "Workers answering calls (each says 1 once it serves; a worker gone is no longer "
+            "counted): below npu_resolver_workers_configured, part of the server is down.",
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.workers_configured = Gauge(
+            "npu_resolver_workers_configured",
+            "The workers the server runs when all is well (--workers).",
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
         self._registry = registry
         self._tls_expiry: Any = None
         """Made when a certificate is loaded: a server without TLS has no such series (a gauge
@@ -174,6 +187,11 @@ class Metrics:
                     self.policy_info.remove(self._version)
             self.policy_info.labels(version).set(1)
             self._version = version
+
+    def serving(self, workers: int) -> None:
+        """This worker (one of `workers`) answers calls from now on."""
+        self.workers_configured.set(workers)
+        self.workers_serving.set(1)
 
     def certificate(self, expires: float | None) -> None:
         """The serving certificate just loaded (its expiry unread: the series says nothing)."""
