@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._cross import dynamic_shape
 from ._model import Code, Source, printable, unset
-from ._products import LEGACY_FAMILY, NEW_FAMILY
+from ._products import LEGACY_FAMILY, NEW_FAMILY, UB_FUSION, listed
 from ._state import Slot, State
 from ._values import show
 
@@ -43,7 +43,7 @@ _CAN_ACT: Final[Mapping[str, Callable[[State], bool]]] = {
     "R-ODC-3": lambda state: bool(state.env_path("NPU_COLLECT_PATH")),
     "R-DEP-3": lambda state: state.value("op_debug_level") == 2,
     "R-OCC-3": lambda state: state.value("op_compiler_cache_mode") != "disable",
-    "R-FSF-1": lambda state: state.pid == "atlas-350",  # its UBFusion advice
+    "R-FSF-1": lambda state: state.pid not in UB_FUSION,  # its UBFusion advice
     "R-PREC-2": lambda state: state.pid in LEGACY_FAMILY,
 }
 """Content rules that can only find something under a condition of the request (a product, a
@@ -230,19 +230,19 @@ def _op_precision(state: State, parsed: OpPrecisionModes) -> None:
             Code.UNSUPPORTED_VALUE,
             "R-OPM-2",
             f"op_precision_mode uses enable_float_32_execution ({at}), which {state.pid} does "
-            "not support (only atlas-350, atlas-a3, atlas-a2); use another mode there.",
+            f"not support (only {listed(NEW_FAMILY)}); use another mode there.",
         )
 
 
 def _fusion(state: State, parsed: FusionSwitches) -> None:
-    if state.pid == "atlas-350" and parsed.ub_fusion:
+    if state.pid not in UB_FUSION and parsed.ub_fusion:
         names = ", ".join(sorted(parsed.ub_fusion))
         state.emit(
             Code.ADVICE,
             "fusion_switch_file",
             "R-FSF-1",
             f"fusion_switch_file sets UBFusion switches ({names}) that have no effect on "
-            "atlas-350, which has no UB fusion; remove them.",
+            f"{state.pid}, which has no UB fusion; remove them.",
         )
 
 

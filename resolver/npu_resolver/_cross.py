@@ -16,7 +16,7 @@ from typing import Final
 from ._environment import blank_variable
 from ._model import JSON, Code, Source
 from ._options import CACHE_ENV_VARS, OUTRANKED_FOLDER_VARS
-from ._products import Family
+from ._products import TBE_MAPPING_FILES, UB_FUSION, Family
 from ._schema import Mode
 from ._state import Slot, State
 from ._values import show
@@ -720,23 +720,23 @@ def stream_sync_above_hccl(state: State) -> None:
 
 
 def debug_level_advice(state: State) -> None:
-    """R-DEP-3: op_debug_level 1, 2 and 4 produce no TBE mapping files on atlas-350 (4 not its
-    UB fusion compute description file either); and the source advises against 2 (ccec -O0 -g,
-    larger kernels) on a dynamic-shape graph, as it does for the ccec options of
-    op_debug_config (R-ODC-1)."""
+    """R-DEP-3: op_debug_level 1, 2 and 4 produce no TBE mapping files on a product that has
+    none (atlas-350), and 4 no UB fusion compute description file on one without UB fusion;
+    and the source advises against 2 (ccec -O0 -g, larger kernels) on a dynamic-shape graph,
+    as it does for the ccec options of op_debug_config (R-ODC-1)."""
     level = state.value("op_debug_level")
     if level not in (1, 2, 4) or not state.is_set("op_debug_level"):
         return
-    if state.pid == "atlas-350":
-        missing = "TBE instruction mapping files"
-        if level == 4:
-            missing += " and no UB fusion compute description file ({$kernel_name}_compute.json)"
+    missing = [] if state.pid in TBE_MAPPING_FILES else ["TBE instruction mapping files"]
+    if level == 4 and state.pid not in UB_FUSION:
+        missing.append("UB fusion compute description file ({$kernel_name}_compute.json)")
+    if missing:
         state.emit(
             Code.ADVICE,
             "op_debug_level",
             "R-DEP-3",
-            f"op_debug_level {level} produces no {missing} on atlas-350; do not rely on them "
-            "for AI Core Error analysis there.",
+            f"op_debug_level {level} produces no {' and no '.join(missing)} on {state.pid}; "
+            "do not rely on them for AI Core Error analysis there.",
         )
     dynamic = dynamic_shape(state) if level == 2 else None
     if dynamic is not None:

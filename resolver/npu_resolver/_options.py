@@ -1,7 +1,8 @@
 """The option table: one entry per NPURunConfig option of the source (version 900).
 
 This is the one place that says what each option is. Adding an option means adding one entry;
-adding a product means adding it to `_products.PRODUCTS` and to the gates here that name it.
+adding a product means adding it to `_products.PRODUCTS`, whose families and capabilities are
+the gates here, and naming it only where the source gives it a default of its own.
 Where the source is silent, the entry says nothing (no default, no range).
 """
 
@@ -12,14 +13,18 @@ from types import MappingProxyType
 from typing import Final
 
 from . import _grammars as fmt
-from ._products import LEGACY_FAMILY, NEW_FAMILY
+from ._products import (
+    AICORE_NUM,
+    AOE_SUBGRAPH_TUNING,
+    AOE_TUNING,
+    HIFLOAT8,
+    LEGACY_FAMILY,
+    NEW_FAMILY,
+)
 from ._schema import Default, Mode, Option, OptType, Range, Section, ValueGate
 
 INT32_MAX: Final = 2147483647
 TRAINING, INFERENCE = Mode.TRAINING, Mode.INFERENCE
-AOE_PRODUCTS: Final = frozenset({"atlas-a3", "atlas-a2", "atlas-training"})
-A3_A2: Final = frozenset({"atlas-a3", "atlas-a2"})
-ATLAS_350: Final = frozenset({"atlas-350"})
 
 S = Section
 T = OptType
@@ -129,8 +134,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         no_default_products=frozenset({"atlas-training"}),
         value_gates=(
             ValueGate("mixed_bfloat16", "R-PM2-2", products=NEW_FAMILY),
-            ValueGate("mixed_hif8", "R-PM2-3", products=ATLAS_350, unsupported_version=True),
-            ValueGate("cube_hif8", "R-PM2-3", products=ATLAS_350, unsupported_version=True),
+            ValueGate("mixed_hif8", "R-PM2-3", products=HIFLOAT8, unsupported_version=True),
+            ValueGate("cube_hif8", "R-PM2-3", products=HIFLOAT8, unsupported_version=True),
         ),
     ),
     Option(
@@ -254,21 +259,21 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "aoe_mode", S.AOE, T.STR, "R-AOE-2",
         "AOE tuning mode: '1' subgraph, '2' operator, '4' gradient split.",
         rules=("R-AOE-1", "R-AOE-3", "R-AOE-4"), choices=("1", "2", "4"),
-        products=AOE_PRODUCTS, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
+        products=AOE_TUNING, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
         env="AOE_MODE", env_rule="R-AOE-4",
-        value_gates=(ValueGate("1", "R-AOE-3", products=frozenset({"atlas-training"})),),
+        value_gates=(ValueGate("1", "R-AOE-3", products=AOE_SUBGRAPH_TUNING),),
     ),
     Option(
         "work_path", S.AOE, T.PATH, "R-AOE-5",
         "AOE working folder, absolute or relative to the job's working directory.",
         rules=("R-AOE-1",), validator=fmt.non_empty, validator_rule="R-AOE-5",
-        products=AOE_PRODUCTS, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
+        products=AOE_TUNING, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
     ),
     Option(
         "aoe_config_file", S.AOE, T.PATH, "R-AOE-6",
         "Path to the JSON file naming the operators to tune.",
         rules=("R-AOE-1", "R-AOE-7"), validator=fmt.non_empty, validator_rule="R-AOE-6",
-        products=AOE_PRODUCTS, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
+        products=AOE_TUNING, products_rule="R-AOE-1", mode=TRAINING, mode_rule="R-AOE-1",
         attachment=True,
     ),
     # ---------------------------------------------------------------- operator compilation
@@ -290,7 +295,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "know, so only > 0 is checked.",
         rules=("R-ACN-2",), validator=fmt.aicore_num, validator_rule="R-ACN-1",
         canonical=fmt.canonical_aicore_num,
-        products=A3_A2, products_rule="R-ACN-1",
+        products=AICORE_NUM, products_rule="R-ACN-1",
     ),
     Option(
         "oo_constant_folding", S.OP_COMPILATION, T.BOOL, "R-OCF-1",

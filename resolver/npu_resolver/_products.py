@@ -1,14 +1,15 @@
-"""The products of the source, with the aliases callers use for them.
+"""The products of the source, with the aliases callers use for them and what each supports.
 
-Adding a product means adding one row to PRODUCTS (and naming it in the option table where the
-source gates an option or a value on it).
+Adding a product means adding one row to PRODUCTS: its family and capabilities put it in the
+gates of the option table that follow them (naming it there only where the source gives it a
+default or a value of its own).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Final
 from unicodedata import normalize
 
@@ -27,6 +28,24 @@ class Product:
     source_name: str
     family: Family
     aliases: tuple[str, ...]
+    # What the source says the product supports. Each row of PRODUCTS states every one (checked
+    # below); they are not part of the wire form, so a product a client builds from one leaves
+    # them None (not known) and still equals the row it describes.
+    aoe_tuning: bool | None = field(default=None, compare=False)
+    """AOE tuning is available, in training ("AOE调优特性仅支持如下产品的训练场景"): aoe_mode,
+    work_path and aoe_config_file act (R-AOE-1)."""
+    aoe_subgraph_tuning: bool | None = field(default=None, compare=False)
+    """With AOE tuning, its subgraph tuning, aoe_mode '1', is too (R-AOE-3)."""
+    aicore_num: bool | None = field(default=None, compare=False)
+    """aicore_num, the Cube and Vector core counts for operator compile, is supported (R-ACN-1)."""
+    hifloat8: bool | None = field(default=None, compare=False)
+    """The hifloat8 precision modes, precision_mode_v2 mixed_hif8 and cube_hif8, are documented
+    for it (R-PM2-3; no product has them in this version)."""
+    ub_fusion: bool | None = field(default=None, compare=False)
+    """It has UB fusion: a fusion switch file's UBFusion switches act (R-FSF-1), op_debug_level 4
+    writes the UB fusion compute description file (R-DEP-3)."""
+    tbe_mapping_files: bool | None = field(default=None, compare=False)
+    """op_debug_level 1, 2 and 4 write the TBE instruction mapping files (R-DEP-3)."""
 
 
 PRODUCTS: Final[tuple[Product, ...]] = (
@@ -36,6 +55,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
         source_name="Atlas 350 加速卡",
         family=Family.NEW,
         aliases=("Atlas 350", "Atlas 350 加速卡", "Atlas 350 accelerator card"),
+        aoe_tuning=False,
+        aoe_subgraph_tuning=False,
+        aicore_num=False,
+        hifloat8=True,
+        ub_fusion=False,
+        tbe_mapping_files=False,
     ),
     Product(
         id="atlas-a3",
@@ -55,6 +80,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Ascend910_9372",
             "Ascend910_9362",
         ),
+        aoe_tuning=True,
+        aoe_subgraph_tuning=False,
+        aicore_num=True,
+        hifloat8=False,
+        ub_fusion=True,
+        tbe_mapping_files=True,
     ),
     Product(
         id="atlas-a2",
@@ -74,6 +105,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Ascend910B4",
             "Ascend910B4-1",
         ),
+        aoe_tuning=True,
+        aoe_subgraph_tuning=False,
+        aicore_num=True,
+        hifloat8=False,
+        ub_fusion=True,
+        tbe_mapping_files=True,
     ),
     Product(
         id="atlas-training",
@@ -88,6 +125,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Ascend910ProB",
             "Ascend910PremiumA",
         ),
+        aoe_tuning=True,
+        aoe_subgraph_tuning=True,
+        aicore_num=False,
+        hifloat8=False,
+        ub_fusion=True,
+        tbe_mapping_files=True,
     ),
     Product(
         id="atlas-300i-duo",
@@ -100,6 +143,12 @@ PRODUCTS: Final[tuple[Product, ...]] = (
             "Atlas 300I Duo inference card",
             "Ascend310P3",
         ),
+        aoe_tuning=False,
+        aoe_subgraph_tuning=False,
+        aicore_num=False,
+        hifloat8=False,
+        ub_fusion=True,
+        tbe_mapping_files=True,
     ),
 )
 
@@ -110,10 +159,36 @@ SERIES: Final[Mapping[str, str]] = {
 """Names of a series of which the source documents one card alone: an unknown product spelt
 so is pointed at that card, but never taken for it (the series holds other cards)."""
 
+
+CAPABILITIES: Final = tuple(f.name for f in fields(Product) if not f.compare)
+
+
+def _check_capabilities() -> None:
+    for product in PRODUCTS:
+        for name in CAPABILITIES:
+            if not isinstance(getattr(product, name), bool):
+                raise ValueError(f"product {product.id!r} does not say whether it has {name}")
+
+
+_check_capabilities()
+
 PRODUCT_IDS: Final[tuple[str, ...]] = tuple(p.id for p in PRODUCTS)
 BY_ID: Final[Mapping[str, Product]] = {p.id: p for p in PRODUCTS}
 NEW_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.NEW)
 LEGACY_FAMILY: Final = frozenset(p.id for p in PRODUCTS if p.family is Family.LEGACY)
+AOE_TUNING: Final = frozenset(p.id for p in PRODUCTS if p.aoe_tuning)
+AOE_SUBGRAPH_TUNING: Final = frozenset(
+    p.id for p in PRODUCTS if p.aoe_tuning and p.aoe_subgraph_tuning
+)
+AICORE_NUM: Final = frozenset(p.id for p in PRODUCTS if p.aicore_num)
+HIFLOAT8: Final = frozenset(p.id for p in PRODUCTS if p.hifloat8)
+UB_FUSION: Final = frozenset(p.id for p in PRODUCTS if p.ub_fusion)
+TBE_MAPPING_FILES: Final = frozenset(p.id for p in PRODUCTS if p.tbe_mapping_files)
+
+
+def listed(pids: Collection[str]) -> str:
+    """Products as a message lists them: comma-separated, in the table's order."""
+    return ", ".join(pid for pid in PRODUCT_IDS if pid in pids)
 
 
 _IGNORED: Final = str.maketrans("", "", "-_")

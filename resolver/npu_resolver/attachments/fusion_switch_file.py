@@ -1,7 +1,8 @@
 """The JSON named by fusion_switch_file (R-FSF-2), and the path character rule (R-FSF-1).
 
 Built-in passes are on by default; `"ALL"` switches (part of) them at once and a named pass
-beats it. That UBFusion has no effect on atlas-350 is the core's to say.
+beats it. That UBFusion has no effect on a product without UB fusion (atlas-350) is the core's
+to say.
 """
 
 from __future__ import annotations
