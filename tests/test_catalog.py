@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ import pytest
 from npu_resolver import CATALOG, PRODUCTS, CatalogError, Code, ResolveRequest, product_id, resolve
 from npu_resolver._catalog import Catalog, check_catalog
 from npu_resolver._options import OPTIONS
+from npu_resolver._products import LEGACY_FAMILY, NEW_FAMILY, TBE_MAPPING_FILES, UB_FUSION
 from npu_resolver._rules import RULES
-from npu_resolver._schema import Default
+from npu_resolver._schema import Default, Option
 
 SPEC = Path(__file__).resolve().parent / "spec"  # a verbatim copy of the project's rules.md
 RULE_ID = re.compile(r"R-[A-Z0-9]+-[0-9]+")
@@ -71,6 +73,105 @@ def test_gate_naming_unknown_product_is_refused() -> None:
 def test_unused_rule_id_is_refused() -> None:
     others = tuple(o for o in OPTIONS if o.name != "stream_max_parallel_num")
     assert any("R-SMP-1" in p for p in check_catalog(others))
+
+
+_PRODUCT_IDS = sorted((p.id for p in PRODUCTS), key=len, reverse=True)
+_NAMED = re.compile(rf"(?<![\w-])({'|'.join(map(re.escape, _PRODUCT_IDS))})(?![\w-])((?:/[\w-]+)*)")
+"""A product id in prose, with the shorthand 'atlas-350/a3/a2' for several."""
+
+
+def _products_named(summary: str) -> set[str]:
+    named: set[str] = set()
+    for match in _NAMED.finditer(summary):
+        named.add(match[1])
+        for short in filter(None, match[2].split("/")):
+            meant = [pid for pid in _PRODUCT_IDS if pid.endswith(f"-{short}")]
+            assert len(meant) == 1, f"{short!r} in {summary!r} names {meant}"
+            named |= set(meant)
+    return named
+
+
+EVERY_PRODUCT = frozenset(p.id for p in PRODUCTS)
+DECIDED_IN_CODE: Mapping[str, frozenset[str]] = {
+    "R-PREC-2": LEGACY_FAMILY,
+    "R-OPM-2": NEW_FAMILY,
+    "R-FSF-1": EVERY_PRODUCT - UB_FUSION,
+    "R-DEP-3": EVERY_PRODUCT - TBE_MAPPING_FILES,
+}
+"""Rules that no gate of the table holds but a check of the core decides by a set the product
+table gives: the products each summary names."""
+
+
+def _summaries_unlike_gates(options: tuple[Option, ...], rules: Mapping[str, str]) -> list[str]:
+    """Each rule that gates an option, a default, a range or a value on products (or that a
+    check decides by product, DECIDED_IN_CODE), where its summary names products: those it
+    names against the gates' products. A default's rule names the products it gives the default
+    for and those the source says have none; a rule that says 'not supported on' names the
+    products of the option that the gate leaves out."""
+    gated: dict[str, set[str]] = {}
+    within: dict[str, frozenset[str]] = {}
+    for o in options:
+        acting = o.products if o.products is not None else EVERY_PRODUCT
+        if o.products is not None:
+            gated.setdefault(o.products_rule, set()).update(o.products)
+            within[o.products_rule] = EVERY_PRODUCT
+        for d in o.defaults:
+            if d.products is not None:
+                gated.setdefault(d.rule, set()).update(d.products | o.no_default_products)
+                within[d.rule] = acting
+        for r in o.ranges:
+            if r.products is not None:
+                gated.setdefault(r.rule, set()).update(r.products)
+                within[r.rule] = acting
+        for g in o.value_gates:
+            if g.products is not None:
+                gated.setdefault(g.rule, set()).update(g.products)
+                within[g.rule] = acting
+    expected = {
+        rule: within[rule] - pids if "not supported on" in rules[rule] else pids
+        for rule, pids in gated.items()
+    }
+    expected.update(DECIDED_IN_CODE)
+    wrong: list[str] = []
+    for rule, summary in rules.items():
+        named = _products_named(summary)
+        if named and rule not in expected:
+            wrong.append(f"{rule} names {sorted(named)} but no gate or check of products")
+        elif named and named != expected[rule]:
+            wrong.append(f"{rule} names {sorted(named)}, its gates {sorted(expected[rule])}")
+    return wrong
+
+
+def test_rule_summaries_name_the_products_their_gates_hold() -> None:
+    """A summary that lists products (R-IBC-1 'only atlas-350, atlas-a3, atlas-a2') says
+    what its gates do: a product added to a gate must be added to the summary too."""
+    assert _summaries_unlike_gates(OPTIONS, RULES) == []
+
+
+def test_a_product_added_to_a_gate_and_not_to_its_summary_is_found() -> None:
+    widened = {
+        "input_batch_cpy": frozenset({"atlas-350", "atlas-a3", "atlas-a2", "atlas-training"}),
+        "aicore_num": frozenset({"atlas-350", "atlas-a3", "atlas-a2"}),
+    }
+    options = tuple(
+        dataclasses.replace(o, products=widened[o.name]) if o.name in widened else o
+        for o in OPTIONS
+    )
+    assert _summaries_unlike_gates(options, RULES) == [
+        "R-IBC-1 names ['atlas-350', 'atlas-a2', 'atlas-a3'], its gates "
+        "['atlas-350', 'atlas-a2', 'atlas-a3', 'atlas-training']",
+        "R-ACN-1 names ['atlas-a2', 'atlas-a3'], its gates ['atlas-350', 'atlas-a2', 'atlas-a3']",
+    ]
+    subgraph = next(o for o in OPTIONS if o.name == "aoe_mode")
+    gate = dataclasses.replace(
+        subgraph.value_gates[0], products=frozenset({"atlas-training", "atlas-a2"})
+    )
+    options = tuple(
+        dataclasses.replace(o, value_gates=(gate,)) if o is subgraph else o for o in OPTIONS
+    )
+    assert _summaries_unlike_gates(options, RULES) == [
+        "R-AOE-3 names ['atlas-a2', 'atlas-a3'], its gates ['atlas-a3']"
+    ]
 
 
 @pytest.mark.parametrize(
