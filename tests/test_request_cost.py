@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import npu_resolver
-from npu_resolver import Code, ResolveRequest, parse_policy, resolve
+from npu_resolver import PRODUCTS, Code, ResolveRequest, parse_policy, resolve
 from npu_resolver._catalog import MAX_KEPT_SUGGESTIONS, Catalog
 from npu_resolver._content import MAX_ATTACHMENTS
 from npu_resolver._grammars import MAX_RECENT_LONG, memoized
@@ -22,6 +22,7 @@ from npu_resolver._model import MAX_MEMO_TEXT
 from npu_resolver._options import OPTIONS
 from npu_resolver._pipeline import MAX_PROFILES_MATCHED, MAX_PROFILES_NAMED
 from npu_resolver._pipeline import MAX_SOUGHT_SUGGESTIONS as MAX_SOUGHT
+from npu_resolver._schema import Mode
 from npu_resolver_client.wire import request_to_proto
 from npu_resolver_server import _logging
 from npu_resolver_server._metrics import MAX_KEPT_CODES, Metrics
@@ -70,14 +71,14 @@ def test_a_request_seeks_a_bounded_number_of_suggestions_whatever_was_sought_bef
 def test_a_diffs_columns_share_one_budget_and_suggest_alike(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A diff over five products seeks the close names once, not once per column, and so
+    """A diff over every product seeks the close names once, not once per column, and so
     every column gives an unknown name the same suggestion (or none)."""
     from npu_resolver import diff
 
     catalog = Catalog(OPTIONS)
     sought = _record_calls(monkeypatch, catalog, "suggest")
     typos = [f"hccl_timeou{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_SOUGHT * 3)]
-    products = ["atlas-350", "atlas-a3", "atlas-a2", "atlas-training", "atlas-300i-duo"]
+    products = [p.id for p in PRODUCTS]
     result = diff(ResolveRequest("atlas-a2", dict.fromkeys(typos, 1)), products, catalog=catalog)
     assert len(sought) == MAX_SOUGHT
     columns = {
@@ -342,7 +343,7 @@ def test_a_policy_object_is_read_once_per_view_however_many_profiles_it_reaches(
     """Loading checks every profile on every product and mode: a file whose default
     profile locked such an object took a minute to load (each profile read, copied and wrote
     out the object again), past a --workers server's start allowance. Its reading is kept on
-    the policy's entry, so it is read once per product and mode (10 views), whatever the
+    the policy's entry, so it is read once per product and mode (one view each), whatever the
     count of profiles; and the checks, whose answers are dropped, copy none of it."""
     from npu_resolver import _pipeline, _precedence, _values
 
@@ -366,10 +367,10 @@ def test_a_policy_object_is_read_once_per_view_however_many_profiles_it_reaches(
     monkeypatch.setattr(_pipeline, "detached", counted_detached)
     policy = parse_policy(_large_lock_policy(profiles=60))
     npu_resolver.diagnostics_from_policy(policy)  # what the server judges a loaded file by
-    assert 0 < len(read) <= 10  # 5 products x 2 modes
+    assert 0 < len(read) <= len(PRODUCTS) * len(Mode)  # each product in each mode
     assert copied == []
     resolve(ResolveRequest(product="atlas-a2", profile="p7"), policy=policy)
-    assert len(read) <= 10 and len(copied) == 1  # an answer has its own copy
+    assert len(read) <= len(PRODUCTS) * len(Mode) and len(copied) == 1  # its own copy
 
 
 def test_an_answer_owns_the_policy_objects_it_holds() -> None:
