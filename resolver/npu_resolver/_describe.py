@@ -13,7 +13,7 @@ from typing import Any
 from ._catalog import CATALOG, Catalog, OptionView
 from ._model import JSON, ResolveRequest
 from ._pipeline import resolve
-from ._products import PRODUCTS, Product, product_id
+from ._products import PRODUCTS, Product, product_id, unknown_product
 from ._schema import MODE_OPTION, Mode, Option
 
 
@@ -95,8 +95,6 @@ def _product(product: str | None) -> str | None:
         raise TypeError(f"a product is named by a str, not {type(product).__name__}")
     pid = product_id(product)
     if pid is None:
-        from ._pipeline import unknown_product
-
         unknown = unknown_product(product)
         hint = f" Did you mean {unknown.suggestion!r}?" if unknown.suggestion else ""
         raise ValueError(unknown.message + hint)

@@ -24,7 +24,6 @@ from ._model import (
     FLAT_TYPES,
     JSON,
     MAX_MEMO_TEXT,
-    MAX_SUGGESTED_TEXT,
     TEXT_TYPES,
     Code,
     Diagnostic,
@@ -34,14 +33,13 @@ from ._model import (
     Severity,
     closest,
     keep,
-    plain_text,
     printable,
     resolution,
 )
 from ._options import MENTIONED_ONLY
 from ._paths import effective_paths
 from ._precedence import apply_precedence, effective_mode
-from ._products import BY_ID, PRODUCT_IDS, PRODUCTS, SERIES, alias_key, names, product_id
+from ._products import product_id, unknown_product
 from ._schema import Mode
 from ._state import DEFAULT_PROFILE, PolicyLayer, PolicyLike, Slot, State
 from ._values import Problem, config_refusal, config_shape, key_text, parse, show
@@ -52,8 +50,6 @@ _DEFAULT_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DEFAULT
 _DERIVED_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.DERIVED)
 _LATE_RULES: Final = tuple(r for r in CROSS_RULES if r.stage in (Stage.ROUNDING, Stage.CROSS))
 _FINAL_RULES: Final = tuple(r for r in CROSS_RULES if r.stage is Stage.FINAL)
-_ALIAS_WORDS: Final = {alias_key(a): p.id for p in PRODUCTS for a in names(p)}
-_SERIES_WORDS: Final = {alias_key(name): BY_ID[pid] for name, pid in SERIES.items()}
 
 
 def unresolved(
@@ -88,27 +84,6 @@ def config_refused(
     JSON object): one INVALID_VALUE on `config`, in process and from a server alike."""
     diagnostic = Diagnostic(Severity.ERROR, Code.INVALID_VALUE, "config", "", message)
     return unresolved(product, diagnostic, policy_version=policy_version, catalog=catalog)
-
-
-def unknown_product(text: str) -> Diagnostic:
-    text = plain_text(text)
-    message = f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}."
-    series = _SERIES_WORDS.get(alias_key(text))
-    if series is not None:  # closer in spelling to a card of another series
-        message += (
-            f" {show(text)} names a series, of which the source documents only the "
-            f"{series.source_name} ({series.id}): name that card if it is yours."
-        )
-        return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, series.id)
-    close = closest(alias_key(text), _ALIAS_WORDS) if len(text) <= MAX_SUGGESTED_TEXT else ""
-    return Diagnostic(
-        Severity.ERROR,
-        Code.UNKNOWN_PRODUCT,
-        "product",
-        "",
-        message,
-        _ALIAS_WORDS[close] if close else "",
-    )
 
 
 MAX_PROFILES_NAMED: Final = 20

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, fields
 from typing import Final
 from unicodedata import normalize
 
-from ._model import keep, plain_text
+from ._model import MAX_SUGGESTED_TEXT, Code, Diagnostic, Severity, closest, keep, plain_text
+from ._values import show
 
 
 class Family(enum.StrEnum):
@@ -218,6 +219,32 @@ def _build_alias_table() -> dict[str, str]:
 
 
 _ALIASES: Final = _build_alias_table()
+
+
+_SERIES_WORDS: Final = {alias_key(name): BY_ID[pid] for name, pid in SERIES.items()}
+
+
+def unknown_product(text: str) -> Diagnostic:
+    """UNKNOWN_PRODUCT for a name no product has: the ids to use, and as its suggestion the
+    product whose name is closest (or the one card of a series the name names)."""
+    text = plain_text(text)
+    message = f"product {show(text)} is not recognized; use one of {', '.join(PRODUCT_IDS)}."
+    series = _SERIES_WORDS.get(alias_key(text))
+    if series is not None:  # closer in spelling to a card of another series
+        message += (
+            f" {show(text)} names a series, of which the source documents only the "
+            f"{series.source_name} ({series.id}): name that card if it is yours."
+        )
+        return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, series.id)
+    close = closest(alias_key(text), _ALIASES) if len(text) <= MAX_SUGGESTED_TEXT else ""
+    return Diagnostic(
+        Severity.ERROR,
+        Code.UNKNOWN_PRODUCT,
+        "product",
+        "",
+        message,
+        _ALIASES[close] if close else "",
+    )
 
 
 _SEEN: dict[str, str | None] = {}
