@@ -51,20 +51,24 @@ FAST = settings(max_examples=400)
 def as_is_before(view: OptionView, raw: Any) -> bool:
     """The check for a value valid as given as it was written before it was specialised per
     view (it took no object or pass-through value)."""
-    if not view.plain or type(raw) is not view.pytype:
+    option = view.option
+    if option.aliases or type(raw) is not view.pytype:  # only an option without aliases
         return False
-    if view.fast_choices is not None and raw not in view.fast_choices:
+    if option.choices and raw not in frozenset(option.choices):
         return False
     rng = view.range
     if rng is not None and not (type(raw) is int and rng.contains(raw)):
         return False
     if type(raw) is int and not -MAX_EXACT_INT <= raw <= MAX_EXACT_INT:
         return False
-    if view.free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
+    # Only a string without a list of choices can hold text that is not Unicode (a lone
+    # surrogate) and pass the other checks, so only there was it looked for.
+    free_text = option.type in (OptType.STR, OptType.PATH) and not option.choices
+    if free_text and type(raw) is str and not raw.isascii() and not is_text(raw):
         return False
-    if view.option.type is OptType.PATH and type(raw) is str and "\x00" in raw:
+    if option.type is OptType.PATH and type(raw) is str and "\x00" in raw:
         return False  # a path the runtime would read only up to the NUL is refused
-    check, canonical = view.option.validator, view.option.canonical
+    check, canonical = option.validator, option.canonical
     if check is None:
         return True
     # Well formed, and spelt as its grammar writes it (another spelling is read with a note).

@@ -335,7 +335,7 @@ def test_a_pause_before_a_large_request_began_is_not_given_to_it(
         clock[0] = 200.5  # paused from 100 to 200; the request begins at 200.5
         async with _a_large_request_running(large):
             clock[0] = 201.0  # the heartbeat's turn: late by 100 s, none of it spent running
-            large.skip(100.0, 201.0, 100.0)
+            large.skip(100.0, 100.0)
             assert large.running_for() == 0.5
 
     asyncio.run(main())

@@ -55,9 +55,6 @@ class OptionView:
     """Allowed values that this product, mode or version does not support."""
     pytype: type | None
     """The Python type a value arrives in when no conversion is needed."""
-    plain: bool
-    """No alias table: a value of `pytype` needs only choices, range and format checks."""
-    fast_choices: frozenset[JSON] | None
     user_rules: tuple[str, ...]
     """Provenance rules of a value the caller set (the defining rule)."""
     user_provenance: Provenance
@@ -65,12 +62,10 @@ class OptionView:
     """The option acts here and no value of it is blocked: the gates have nothing to do."""
     flagged: bool
     """Experimental or deprecated: a caller who sets it is warned."""
-    free_text: bool
-    """A string without a list of choices: only here can text that is not Unicode (a lone
-    surrogate) pass the other checks, so only here is it looked for."""
 
     accepts: Callable[[JSON], bool]
-    """accepts_as_is, with only the checks this view needs (built by `_acceptor`)."""
+    """True when a value is valid exactly as given: the common case, checked cheaply, with only
+    the checks this view needs (built by `_acceptor`)."""
     user_slots: dict[JSON, Slot]
     """The slots of plain values callers set, by value, built once each (by precedence): the
     same few values recur. Values of `pytype` only, so 1 and True never share one; bounded
@@ -83,10 +78,6 @@ class OptionView:
     """What the text of the option's environment variable parses to, by text (by read_env):
     a job's environment is much the same from one request to the next. Plain `str` texts
     only: a subclass's strip() or == may differ from str's."""
-
-    def accepts_as_is(self, raw: JSON) -> bool:
-        """True when `raw` is valid exactly as given: the common case, checked cheaply."""
-        return self.accepts(raw)
 
     def blocked(self, value: JSON) -> ValueGate | None:
         """The gate that refuses this value here, if any (objects and lists are never gated)."""
@@ -232,13 +223,10 @@ def _view(option: Option, pid: str, mode: Mode) -> OptionView:
         and pid not in option.no_default_products,
         blocked_values=blocked,
         pytype=_PYTYPES.get(option.type),
-        plain=not option.aliases,
-        fast_choices=frozenset(option.choices) if option.choices else None,
         user_rules=(option.rule,),
         user_provenance=Provenance(Source.USER, (option.rule,)),
         plain_gate=acts and not blocked,
         flagged=option.experimental or option.deprecated,
-        free_text=option.type in (OptType.STR, OptType.PATH) and not option.choices,
         accepts=_acceptor(option, rng),
         user_slots={},
         env_slots={},

@@ -552,13 +552,13 @@ async def serve(
 
 
 async def _heartbeat(
-    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float, float, float], None]
+    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float, float], None]
 ) -> None:
     """Under --workers: a heartbeat each second from the event loop, until cancelled once the
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
     a loop that never yields) from a busy one. A large request that has run too long
     (`stuck`) is a hang too: the requests waiting behind it would never be answered. A turn
-    over LATE_BEAT_S late gives `skipped` (since, until, seconds) about the time meanwhile the
+    over LATE_BEAT_S late gives `skipped` (since, seconds) about the time meanwhile the
     process spent no CPU in (paused, less at most the CPU of one turn's sleep), which the
     supervisor too leaves out of its clock when the whole server was paused."""
     said = False
@@ -568,7 +568,7 @@ async def _heartbeat(
         now, cpu = time.monotonic(), time.process_time()
         late = now - last - watch
         if late > LATE_BEAT_S and (idle := late - (cpu - last_cpu)) > 0:
-            skipped(last, now, idle)
+            skipped(last, idle)
         last, last_cpu = now, cpu
         if now - beaten >= HEARTBEAT_S:
             beaten = now

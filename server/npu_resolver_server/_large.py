@@ -81,11 +81,11 @@ class LargeRequests:
         running = self._running
         return 0.0 if running is None else time.monotonic() - running[0] - running[1]
 
-    def skip(self, since: float, until: float, seconds: float) -> None:
-        """The worker did not run for `seconds` between `since` and `until` (found by the
-        heartbeat's turns): the running request is given back what of them must fall after
-        its start (taken as early as it can be), so that one begun during that time is not
-        given time it may have run."""
+    def skip(self, since: float, seconds: float) -> None:
+        """The worker did not run for `seconds` since `since` (found by the heartbeat's turns):
+        the running request is given back what of them must fall after its start (taken as
+        early as it can be), so that one begun during that time is not given time it may have
+        run."""
         running = self._running
         if running is not None:  # the thread may set another meanwhile: this one's is moot
             running[1] += max(0.0, seconds - max(0.0, running[0] - since))

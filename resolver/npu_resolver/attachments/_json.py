@@ -114,15 +114,12 @@ class JsonDoc:
         self.error(path, f"{describe(path)} must be an object, not {kind(value)}", rule=rule)
         return {}
 
-    def strings(self, path: Path, value: object, *, rule: str | None = None) -> tuple[str, ...]:
-        """The non-empty strings of a list of strings; everything else is an issue."""
-        return tuple(item for _, item in self._indexed_strings(path, value, rule))
-
     def names(
         self, path: Path, value: object, *, what: str = "op", rule: str | None = None
     ) -> tuple[str, ...]:
-        """strings(), for a list of names (ops, passes): a name that is several run together,
-        or holds a stray mark, is an issue, since it would match nothing, silently."""
+        """The non-empty strings of a list of names (ops, passes); everything else is an issue,
+        and so is a name that is several run together or holds a stray mark, since it would
+        match nothing, silently."""
         kept: list[str] = []
         for index, item in self._indexed_strings(path, value, rule):
             reason = run_together(item, what=what)
