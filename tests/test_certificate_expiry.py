@@ -7,9 +7,12 @@ that is already expired is refused like a key that does not fit."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import logging
 import os
+import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +142,88 @@ def test_without_tls_there_is_no_expiry_series() -> None:
     assert (
         registry.get_sample_value("npu_resolver_tls_certificate_expiry_timestamp_seconds") is None
     )
+
+
+def test_a_renewal_is_judged_and_reported_between_handshakes_then_served_at_the_next(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients keep their connections, so a renewal may see no handshake for hours: check()
+    takes it (logged, expiry reported) and gRPC's next fetch serves it, once."""
+    ca = trustme.CA()
+    cert, key = _install(tmp_path, _issued(ca))
+    loaded: list[float | None] = []
+    files = CertificateFiles(cert, key, None, on_loaded=loaded.append)
+    renewed = _issued(ca, datetime.datetime(2098, 7, 6))
+    _install(tmp_path, renewed)
+    with caplog.at_level(logging.INFO, logger="npu_resolver_server"):
+        files.check()
+        files.check()  # nothing changed since
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["tls_reloaded"] and utc_text(loaded[-1] or 0) == "2098-07-06T00:00:00Z"
+    assert files.renewed() is not None  # the pair check() took, fetched by gRPC once
+    assert files.renewed() is None
+
+
+def test_a_renewal_whose_report_fails_is_still_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca = trustme.CA()
+    cert, key = _install(tmp_path, _issued(ca))
+    failing = [False]
+
+    def report(expires: float | None) -> None:
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+
+    files = CertificateFiles(cert, key, None, on_loaded=report)
+    failing[0] = True
+    _install(tmp_path, _issued(ca, datetime.datetime(2097, 1, 1)))
+    with caplog.at_level(logging.ERROR, logger="npu_resolver_server"):
+        assert files.renewed() is not None
+    assert [r.getMessage() for r in caplog.records] == ["tls_expiry_not_reported"]
+    assert files.expires is not None and utc_text(files.expires) == "2097-01-01T00:00:00Z"
+
+
+def test_the_server_reports_a_renewal_while_its_clients_keep_their_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from npu_resolver_server import _app
+
+    monkeypatch.setattr(_app, "TLS_CHECK_S", 0.1)
+    ca = trustme.CA()
+    cert, key = _install(tmp_path, _issued(ca, datetime.datetime(2096, 1, 1)))
+    registry = CollectorRegistry()
+    name = "npu_resolver_tls_certificate_expiry_timestamp_seconds"
+    settings = ServerSettings(port=0, grace_seconds=2.0, tls_cert=cert, tls_key=key)
+    with ThreadServer(settings, metrics=Metrics(registry)):
+        assert utc_text(registry.get_sample_value(name) or 0) == "2096-01-01T00:00:00Z"
+        _install(tmp_path, _issued(ca, datetime.datetime(2099, 9, 9)))
+        deadline = time.monotonic() + 10
+        while registry.get_sample_value(name) != not_after(cert.read_bytes()):
+            assert time.monotonic() < deadline, "the renewal was not reported"
+            time.sleep(0.05)
+
+
+def _pem(kind: str, der: bytes) -> bytes:
+    body = base64.encodebytes(der).decode("ascii")
+    return f"-----BEGIN {kind}-----\n{body}-----END {kind}-----\n".encode()
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["as issued", "CRLF lines", "a comment quoting the marker first", "TRUSTED", "X509"],
+)
+def test_the_first_certificate_is_found_in_every_form_openssl_reads(form: str) -> None:
+    """The expiry read is the leaf's, the certificate OpenSSL serves: never an intermediate's
+    after a block this reader would skip."""
+    issued = _issued(trustme.CA(), PAST)
+    leaf, *rest = (blob.bytes() for blob in issued.cert_chain_pems)
+    der = ssl.PEM_cert_to_DER_cert(leaf.decode("ascii"))
+    first = {
+        "as issued": leaf,
+        "CRLF lines": leaf.replace(b"\n", b"\r\n"),
+        "a comment quoting the marker first": b"# -----BEGIN CERTIFICATE----- below\n" + leaf,
+        "TRUSTED": _pem("TRUSTED CERTIFICATE", der + b"\x30\x00"),  # with empty trust settings
+        "X509": _pem("X509 CERTIFICATE", der),
+    }[form]
+    assert utc_text(not_after(first + b"".join(rest)) or 0) == "2021-01-01T00:00:00Z"

@@ -41,7 +41,7 @@ from ._reload_marks import (
 )
 from ._servicer import SERVICE, AfterReload, Limits, ResolverService
 from ._start_signals import STOPPED_DETAIL, hold_sighup, sighup_held, stop_held
-from ._tls import server_credentials
+from ._tls import CertificateFiles, certificate_files, server_credentials
 from .settings import HEALTH_SERVICE, ServerSettings
 
 log = logging.getLogger("npu_resolver_server")
@@ -189,9 +189,15 @@ class ResolverServer:
     health_server: grpc.aio.Server | None = None
     health_port: int = 0
     metrics: Metrics | None = None
-    tls_not_after: float | None = None
-    """The serving certificate's expiry (seconds since the epoch), as last loaded."""
+    tls: CertificateFiles | None = None
     _stopped: bool = field(default=False, repr=False)
+    _tls_checks: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def tls_not_after(self) -> float | None:
+        """The expiry (seconds since the epoch) of the certificate last taken, if readable."""
+        return self.tls.expires if self.tls is not None else None
+
     _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     async def start(self) -> None:
@@ -201,6 +207,8 @@ class ResolverServer:
         for name in ("", HEALTH_SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.store.start_watching(self.settings.policy_poll_seconds)
+        if self.tls is not None and self.tls.renewable:
+            self._tls_checks = asyncio.ensure_future(_check_certificates(self.tls))
 
     async def stop(self, grace: float | None = None, *, delay: float | None = None) -> None:
         """Drain: NOT_SERVING while still answering for `delay` (so that balancers checking
@@ -216,6 +224,8 @@ class ResolverServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._hurry.wait(), delay)
         await self.store.stop_watching()
+        if self._tls_checks is not None:
+            self._tls_checks.cancel()
         await self.health.end_watches()  # they have seen NOT_SERVING; they must not hold the drain
         stops = [self.server.stop(grace)]
         if self.health_server is not None:
@@ -230,6 +240,17 @@ class ResolverServer:
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
+
+
+TLS_CHECK_S: Final = 10.0
+"""How often the certificate files are judged between handshakes (a renewal's log line and
+expiry metric come within this long, whether or not a client connects)."""
+
+
+async def _check_certificates(files: CertificateFiles) -> None:
+    while True:
+        await asyncio.sleep(TLS_CHECK_S)
+        await asyncio.to_thread(files.check)
 
 
 def create_server(
@@ -301,24 +322,17 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection(server)
     server.add_generic_rpc_handlers((service.unknown_method_handler(),))  # the last one
-    expiry: list[float | None] = [None]
-
-    def certificate_loaded(expires: float | None) -> None:
-        expiry[0] = expires
-        if metrics is not None:
-            metrics.certificate(expires)
-
-    credentials = server_credentials(settings, certificate_loaded)
+    tls = certificate_files(settings, metrics.certificate if metrics is not None else None)
     address = _address(settings.host, settings.port)
-    if credentials is None:
+    if tls is None:
         port = server.add_insecure_port(address)
     else:
-        port = server.add_secure_port(address, credentials)
+        port = server.add_secure_port(address, server_credentials(tls))
     if port == 0:
         raise OSError(f"could not listen on {address}")
     resolver_server = ResolverServer(server, health_servicer, service, store, port, settings)
     resolver_server.metrics = metrics
-    resolver_server.tls_not_after = expiry[0]
+    resolver_server.tls = tls
     if settings.health_port:
         health_only = grpc.aio.server(options=options)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_only)

@@ -15,7 +15,11 @@ import time
 from typing import Final
 
 _PEM_BLOCK: Final = re.compile(
-    rb"-----BEGIN CERTIFICATE-----\s+(.*?)-----END CERTIFICATE-----", re.DOTALL
+    # The first certificate block, as OpenSSL reads a chain: its lines alone (a comment that
+    # quotes the marker is not one), and the TRUSTED and X509 forms OpenSSL also takes (a
+    # trusted certificate's DER is the certificate followed by its trust settings).
+    rb"^-----BEGIN (?P<kind>(?:TRUSTED |X509 )?CERTIFICATE)-----\r?$(.*?)^-----END (?P=kind)-----",
+    re.DOTALL | re.MULTILINE,
 )
 _SEQUENCE: Final = 0x30
 _EXPLICIT_VERSION: Final = 0xA0
@@ -70,7 +74,8 @@ def not_after(pem_chain: bytes) -> float | None:
     try:
         der = ssl.PEM_cert_to_DER_cert(
             "-----BEGIN CERTIFICATE-----\n"
-            + block.group(1).decode("ascii")
+            + block.group(2).decode("ascii").strip()
+            + "\n"
             + "-----END CERTIFICATE-----\n"
         )
         tag, start, end = _element(der, 0)

@@ -58,9 +58,21 @@ class CertificateFiles:
         problem = self.problem(self.current)
         if problem:
             raise ValueError(problem)
+        self._untaken = False
+        """A pair taken that gRPC has not fetched yet."""
         self.expires = not_after(self.current[1])
-        if on_loaded is not None:
-            on_loaded(self.expires)
+        if self.expires is None:
+            log.warning(
+                "tls_expiry_unknown",
+                extra={
+                    "fields": {
+                        "event": "tls_expiry_unknown",
+                        "error": f"--tls-cert {cert}: its first certificate's notAfter cannot "
+                        "be read; the expiry is neither checked nor exported",
+                    }
+                },
+            )
+        self._loaded()
 
     @property
     def renewable(self) -> bool:
@@ -97,34 +109,55 @@ class CertificateFiles:
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
 
     def renewed(self) -> grpc.ServerCertificateConfiguration | None:
-        """gRPC's fetcher, called before each handshake: the new configuration when the files
-        changed and hold together, else None (the one in use stays). Never raises."""
+        """gRPC's fetcher, called before each handshake: the configuration of a pair taken
+        since its last call (by this call or by check()), else None (the one in use stays).
+        Never raises."""
         with self._lock:
-            return self._renewed()
+            self._take_changes()
+            if not self._untaken:
+                return None
+            self._untaken = False
+            return self.configuration()
 
-    def _renewed(self) -> grpc.ServerCertificateConfiguration | None:
+    def check(self) -> None:
+        """Judge changed files now, between handshakes (the server calls it every few seconds):
+        a renewal is logged and its expiry reported while no client connects, since clients
+        keep their connections; gRPC serves it from its next handshake."""
+        with self._lock:
+            self._take_changes()
+
+    def _take_changes(self) -> None:
         try:
             stamp = self._stamped()
         except OSError as exc:  # a file gone (mid-swap, or for good): said once, not per call
             self._refuse(str(exc), str(exc))
-            return None
+            return
         if stamp in (self._stamp, self._refused):
-            return None
+            return
         try:
             material = self._read()
         except OSError as exc:  # unreadable (permissions): judged again once the files change
             self._refuse(stamp, str(exc))
-            return None
+            return
         problem = self.problem(material)
         if problem:
             self._refuse(stamp, problem)
-            return None
+            return
         self._stamp, self._refused, self.current = stamp, None, material
+        self._untaken = True
         self.expires = not_after(material[1])
         log.info("tls_reloaded", extra={"fields": {"event": "tls_reloaded", **self.dates()}})
-        if self._on_loaded is not None:
+        self._loaded()
+
+    def _loaded(self) -> None:
+        """Report the pair taken; a failure to report it (a metric's file on a full disk) must
+        not lose the renewal, which gRPC takes at its next handshake all the same."""
+        if self._on_loaded is None:
+            return
+        try:
             self._on_loaded(self.expires)
-        return self.configuration()
+        except Exception:
+            log.exception("tls_expiry_not_reported", extra={"fields": self.dates()})
 
     def dates(self) -> dict[str, str]:
         """The certificate's expiry, for a log line (nothing when it cannot be read)."""
@@ -145,17 +178,21 @@ def _failed(error: str) -> dict[str, str]:
     }
 
 
-def server_credentials(
+def certificate_files(
     settings: ServerSettings, on_loaded: Callable[[float | None], None] | None = None
-) -> grpc.ServerCredentials | None:
-    """TLS credentials from the settings' files (None without TLS); renewed files are taken
-    when the files are regular ones. `on_loaded`: as CertificateFiles takes it."""
+) -> CertificateFiles | None:
+    """The settings' TLS files, checked (None without TLS). `on_loaded`: as CertificateFiles
+    takes it."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
-    files = CertificateFiles(
+    return CertificateFiles(
         settings.tls_cert, settings.tls_key, settings.tls_client_ca, on_loaded=on_loaded
     )
-    mutual = settings.tls_client_ca is not None
+
+
+def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
+    """TLS credentials from the files; renewed files are taken when they are regular ones."""
+    mutual = files.client_ca is not None
     if not files.renewable:
         key, cert, client_ca = files.current
         return grpc.ssl_server_credentials(
