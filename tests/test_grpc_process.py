@@ -274,7 +274,7 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
 ) -> None:
     """One worker counts the failures all workers see alike. When it is killed and its restart
     fails on the bad file, a further bad push is still counted, by a worker that serves, and
-    the workers gauges show the server running one worker of two."""
+    the workers gauges show the server running one worker of two, then none."""
     metrics_port = free_port()
     policy = tmp_path / "policy.toml"
     policy.write_text("[profiles.default.defaults]\nop_debug_level = 0\n")
@@ -298,6 +298,19 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
                 server.wait_for("worker_restart_failed")
                 assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 1) == 1
                 assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
+        # The last worker goes too: the supervisor, which serves the page, says none serves.
+        last = next(int(e["pid"]) for e in serving if e["worker"] == 1)
+        os.kill(last, signal.SIGKILL)
+        assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 0) == 0
+        assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
+
+
+def test_one_worker_says_it_is_the_one_serving() -> None:
+    metrics_port = free_port()
+    with ProcessServer(["--metrics-port", str(metrics_port)]) as server:
+        server.wait_for("serving")
+        assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 1) == 1
+        assert _metric(metrics_port, "npu_resolver_workers_configured") == 1
 
 
 def test_reload_policy_under_workers_reaches_every_worker(tmp_path: Path) -> None:

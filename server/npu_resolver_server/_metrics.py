@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
@@ -89,19 +89,6 @@ class Metrics:
             "npu_resolver_policy_reload_failing",
             "1 while the policy file on disk is refused (the last good policy serves, and a "
             "new worker or pod would not start), else 0.",
-            multiprocess_mode="livemax",
-            registry=registry,
-        )
-        self.workers_serving = Gauge(
-            "npu_resolver_workers_serving",
-            "Workers answering calls (each says 1 once it serves; a worker gone is no longer "
-            "counted): below npu_resolver_workers_configured, part of the server is down.",
-            multiprocess_mode="livesum",
-            registry=registry,
-        )
-        self.workers_configured = Gauge(
-            "npu_resolver_workers_configured",
-            "The workers the server runs when all is well (--workers).",
             multiprocess_mode="livemax",
             registry=registry,
         )
@@ -189,9 +176,14 @@ class Metrics:
             self._version = version
 
     def serving(self, workers: int) -> None:
-        """This worker (one of `workers`) answers calls from now on."""
-        self.workers_configured.set(workers)
-        self.workers_serving.set(1)
+        """This worker answers calls from now on. Under --workers the supervisor says how many
+        do (a worker's own series would be gone with it, the last one's included)."""
+        if MULTIPROC_ENV in os.environ:
+            return
+        from prometheus_client import Gauge
+
+        for name, value in ((WORKERS_SERVING, 1), (WORKERS_CONFIGURED, workers)):
+            Gauge(name, _WORKERS_HELP[name], registry=self._registry).set(value)
 
     def certificate(self, expires: float | None) -> None:
         """The serving certificate just loaded (its expiry unread: the series says nothing)."""
@@ -228,14 +220,42 @@ def start_http(port: int, host: str = "0.0.0.0") -> None:
     start_http_server(port, addr=_bare(host))
 
 
-def serve_multiprocess(port: int, host: str = "0.0.0.0") -> int:
-    """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR; returns
-    the listening socket's file descriptor (for the workers forked later to close)."""
+WORKERS_SERVING: Final = "npu_resolver_workers_serving"
+WORKERS_CONFIGURED: Final = "npu_resolver_workers_configured"
+_WORKERS_HELP: Final = {
+    WORKERS_SERVING: "Workers answering calls: below npu_resolver_workers_configured, part of "
+    "the server is down (under --workers, 0 when every worker is).",
+    WORKERS_CONFIGURED: "The workers the server runs when all is well (--workers).",
+}
+
+
+class _Workers:
+    """The supervisor's count of its workers, read at each scrape."""
+
+    def __init__(self, count: Callable[[], tuple[int, int]]) -> None:
+        self._count = count
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        serving, configured = self._count()
+        for name, value in ((WORKERS_SERVING, serving), (WORKERS_CONFIGURED, configured)):
+            yield GaugeMetricFamily(name, _WORKERS_HELP[name], value=value)
+
+
+def serve_multiprocess(
+    port: int, host: str = "0.0.0.0", workers: Callable[[], tuple[int, int]] | None = None
+) -> int:
+    """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR, and
+    `workers()` (serving, configured) as the supervisor counts them; returns the listening
+    socket's file descriptor (for the workers forked later to close)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=os.environ[MULTIPROC_ENV])  # type: ignore[no-untyped-call]
+    if workers is not None:
+        registry.register(_Workers(workers))
     server, _thread = start_http_server(port, addr=_bare(host), registry=registry)
     return int(server.socket.fileno())
 

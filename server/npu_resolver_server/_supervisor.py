@@ -204,6 +204,14 @@ class Supervisor:
             return time.monotonic()
         return self._last_turn - self._paused
 
+    def workers_serving(self) -> tuple[int, int]:
+        """(serving, configured) for the metrics page, read from its thread: the workers that
+        have begun serving (heard beat; alive, without the heartbeat folder), and --workers."""
+        children = list(self.children)
+        if self.marks is None:
+            return len(children), self.settings.workers
+        return sum(1 for pid in children if pid in self._beats), self.settings.workers
+
     def _tick(self) -> None:
         """A turn of the loop. A gap since the last one longer than PAUSE_S is time the
         supervisor did not run (the whole server stopped, a paused container): nobody's silence
@@ -388,7 +396,9 @@ class Supervisor:
 
             try:
                 self._own_sockets = (
-                    serve_multiprocess(self.settings.metrics_port, self.settings.host),
+                    serve_multiprocess(
+                        self.settings.metrics_port, self.settings.host, self.workers_serving
+                    ),
                 )
             except OSError as exc:
                 port = self.settings.metrics_port
