@@ -24,6 +24,7 @@ from google.protobuf import any_pb2, message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+import npu_resolver
 from npu_resolver import Resolution, ResolveRequest, resolve
 from npu_resolver_client import (
     AsyncResolverClient,
@@ -1548,3 +1549,21 @@ def test_a_batch_failure_prints_on_one_line_and_names_fields_as_errors_do() -> N
     assert "violations=['OUT_OF_RANGE']" in shown and "product='atlas-training'" in shown
     assert failure.details == failure.message == failure.error().details
     assert ReloadResult(True, "abc", "").policy_version == "abc"
+
+
+def test_a_product_the_client_does_not_know_has_its_capabilities_unknown() -> None:
+    """A server of another version may describe a product this package's table does not, or
+    describe one differently: its capabilities are None (not known), never another row's."""
+    from npu_resolver_client._convert import product_from_proto
+    from npu_resolver_client.wire import pb
+
+    a2 = next(p for p in npu_resolver.PRODUCTS if p.id == "atlas-a2")
+    same = pb.Product(
+        id=a2.id, name=a2.name, source_name=a2.source_name, family="new", aliases=a2.aliases
+    )
+    assert product_from_proto(same).aoe_tuning is True
+    renamed = pb.Product(id=a2.id, name=a2.name, source_name=a2.source_name, family="new")
+    other = pb.Product(id="atlas-950", name="Atlas 950", source_name="Atlas 950", family="new")
+    for described in (renamed, other):
+        product = product_from_proto(described)
+        assert product.aoe_tuning is None and product.ub_fusion is None, product

@@ -765,6 +765,12 @@ def test_diff_with_an_unknown_product_is_the_in_process_answer(client: ResolverC
 
 def test_list_products_and_catalog(client: ResolverClient) -> None:
     assert client.list_products() == npu_resolver.list_products()
+    # What a product supports is not on the wire: a product described as this package's own
+    # table describes it has that row's capabilities, so code written against the table
+    # reads the same through the client (AOE tuning on atlas-a2, say).
+    remote = [(p.id, p.aoe_tuning, p.aicore_num) for p in client.list_products()]
+    assert remote == [(p.id, p.aoe_tuning, p.aicore_num) for p in npu_resolver.PRODUCTS]
+    assert all(value is not None for _, *values in remote for value in values)
     assert json.dumps(client.describe_catalog(), sort_keys=True) == json.dumps(
         npu_resolver.describe_catalog(), sort_keys=True
     )

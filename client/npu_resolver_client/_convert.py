@@ -20,6 +20,7 @@ from npu_resolver import (
     ENV_VARS,
     MAX_EXACT_INT,
     PATH_KEYS,
+    PRODUCTS,
     Code,
     Diagnostic,
     DiffCell,
@@ -572,13 +573,30 @@ def product_to_proto(product: Product) -> pb.Product:
     )
 
 
+_OWN_PRODUCTS: Final = {product.id: product for product in PRODUCTS}
+
+
 def product_from_proto(message: pb.Product) -> Product:
-    return Product(
+    """The product a server describes. The wire does not carry what a product supports: a
+    product this package's own table describes alike gets its capabilities from that row, and
+    one it does not know (a server of another version) leaves them None, not known."""
+    product = Product(
         id=message.id,
         name=message.name,
         source_name=message.source_name,
         family=_known(_FAMILIES, message.family, "the product family"),
         aliases=tuple(message.aliases),
+    )
+    row = _OWN_PRODUCTS.get(product.id)
+    return row if row is not None and _described_alike(row, product) else product
+
+
+def _described_alike(row: Product, product: Product) -> bool:
+    return (row.name, row.source_name, row.family, row.aliases) == (
+        product.name,
+        product.source_name,
+        product.family,
+        product.aliases,
     )
 
 

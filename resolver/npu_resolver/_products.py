@@ -30,8 +30,9 @@ class Product:
     family: Family
     aliases: tuple[str, ...]
     # What the source says the product supports. Each row of PRODUCTS states every one (checked
-    # below); they are not part of the wire form, so a product a client builds from one leaves
-    # them None (not known) and still equals the row it describes.
+    # below). They are not part of the wire form: a client gives a product a server describes
+    # as this table does the row's own, and leaves them None (not known) for one it does not
+    # know; they take no part in equality, so a product equals the row it describes.
     aoe_tuning: bool | None = field(default=None, compare=False)
     """AOE tuning is available, in training ("AOE调优特性仅支持如下产品的训练场景"): aoe_mode,
     work_path and aoe_config_file act (R-AOE-1)."""
@@ -40,8 +41,8 @@ class Product:
     aicore_num: bool | None = field(default=None, compare=False)
     """aicore_num, the Cube and Vector core counts for operator compile, is supported (R-ACN-1)."""
     hifloat8: bool | None = field(default=None, compare=False)
-    """The hifloat8 precision modes, precision_mode_v2 mixed_hif8 and cube_hif8, are documented
-    for it (R-PM2-3; no product has them in this version)."""
+    """The source documents the hifloat8 precision modes, precision_mode_v2 mixed_hif8 and
+    cube_hif8, for it (R-PM2-3), though this version of the runtime supports them nowhere yet."""
     ub_fusion: bool | None = field(default=None, compare=False)
     """It has UB fusion: a fusion switch file's UBFusion switches act (R-FSF-1), op_debug_level 4
     writes the UB fusion compute description file (R-DEP-3)."""
