@@ -13,7 +13,13 @@ import pytest
 from npu_resolver import CATALOG, PRODUCTS, CatalogError, Code, ResolveRequest, product_id, resolve
 from npu_resolver._catalog import Catalog, check_catalog
 from npu_resolver._options import OPTIONS
-from npu_resolver._products import LEGACY_FAMILY, NEW_FAMILY, TBE_MAPPING_FILES, UB_FUSION
+from npu_resolver._products import (
+    LEGACY_FAMILY,
+    NEW_FAMILY,
+    TBE_MAPPING_FILES,
+    UB_FUSION,
+    check_capabilities,
+)
 from npu_resolver._rules import RULES
 from npu_resolver._schema import Default, Option
 
@@ -100,7 +106,8 @@ DECIDED_IN_CODE: Mapping[str, frozenset[str]] = {
     "R-PREC-2": LEGACY_FAMILY,
     "R-OPM-2": NEW_FAMILY,
     "R-FSF-1": EVERY_PRODUCT - UB_FUSION,
-    "R-DEP-3": EVERY_PRODUCT - TBE_MAPPING_FILES,
+    # Its summary names the products without TBE mapping files and those without UB fusion.
+    "R-DEP-3": (EVERY_PRODUCT - TBE_MAPPING_FILES) | (EVERY_PRODUCT - UB_FUSION),
 }
 """Rules that no gate of the table holds but a check of the core decides by a set the product
 table gives: the products each summary names."""
@@ -413,3 +420,11 @@ def test_a_diff_narrowed_to_a_product_it_lacks_names_the_products_it_has() -> No
     assert all(row.same for row in narrowed.rows)  # one column differs from nothing
     with pytest.raises(ValueError, match=r"no column for 'atlas-a3'; .* atlas-a2, atlas-training"):
         result.only(["atlas-training", "atlas-a3"])
+
+
+def test_a_product_row_that_leaves_a_capability_unsaid_is_refused() -> None:
+    """A capability left out would read as unsupported and gate the product out silently."""
+    row = dataclasses.replace(PRODUCTS[1], id="atlas-950", aoe_tuning=None)
+    with pytest.raises(ValueError, match="'atlas-950' does not say whether it has aoe_tuning"):
+        check_capabilities((*PRODUCTS, row))
+    check_capabilities(PRODUCTS)

@@ -165,14 +165,16 @@ so is pointed at that card, but never taken for it (the series holds other cards
 CAPABILITIES: Final = tuple(f.name for f in fields(Product) if not f.compare)
 
 
-def _check_capabilities() -> None:
-    for product in PRODUCTS:
+def check_capabilities(products: tuple[Product, ...]) -> None:
+    """Every row says what the product supports: a capability left unsaid would read as
+    unsupported, and gate the product out silently."""
+    for product in products:
         for name in CAPABILITIES:
             if not isinstance(getattr(product, name), bool):
                 raise ValueError(f"product {product.id!r} does not say whether it has {name}")
 
 
-_check_capabilities()
+check_capabilities(PRODUCTS)
 
 PRODUCT_IDS: Final[tuple[str, ...]] = tuple(p.id for p in PRODUCTS)
 BY_ID: Final[Mapping[str, Product]] = {p.id: p for p in PRODUCTS}
