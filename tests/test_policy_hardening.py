@@ -24,6 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from npu_resolver import Policy, PolicyError, load_policy, parse_policy
 from npu_resolver import _policy as npu_resolver_policy
+from npu_resolver._catalog import Catalog
+from npu_resolver._options import OPTIONS
 from npu_resolver._policy import MAX_POLICY_BYTES, PolicyReadError
 from npu_resolver_client import ResolverClient
 from npu_resolver_server import HEALTH_SERVICE, PolicyStore
@@ -642,51 +644,54 @@ def test_the_key_before_a_value_too_deep_is_read_from_its_line(prefix: str, key:
     assert _key_before(prefix) == key
 
 
+@pytest.fixture
+def policy_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The (text, source) of every policy checked from now on in the test."""
+    checks: list[tuple[str, str]] = []
+    real_parse = npu_resolver_policy.parse_policy
+
+    def counted(text: str, source: str, *args: object) -> Policy:
+        checks.append((text, source))
+        return real_parse(text, source, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(npu_resolver_policy, "parse_policy", counted)
+    return checks
+
+
 def test_load_policy_gives_back_the_policy_of_the_same_bytes_unchecked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, policy_checks: list[tuple[str, str]]
 ) -> None:
-    """`reuse`: the same bytes at the same path are the same policy, so the check (seconds for a
-    large file) is not made again; a byte changed, or another path, is checked anew."""
+    """`reuse`: the same bytes at the same path, for the same catalog, are the same policy, so
+    the check (seconds for a large file) is not made again; a byte changed, another path or
+    another catalog is checked anew."""
     path = tmp_path / "policy.toml"
     path.write_text(GOOD)
     first = load_policy(path)
     assert first.file_digest == hashlib.sha256(GOOD.encode()).hexdigest()
-    checks: list[str] = []
-    real_parse = npu_resolver_policy.parse_policy
-
-    def counted(text: str, source: str, *args: object) -> Policy:
-        checks.append(source)
-        return real_parse(text, source, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(npu_resolver_policy, "parse_policy", counted)
-    assert load_policy(path, reuse=first) is first and checks == []
+    policy_checks.clear()
+    assert load_policy(path, reuse=first) is first and policy_checks == []
     other = tmp_path / "other.toml"
     other.write_text(GOOD)
-    assert load_policy(other, reuse=first) is not first and checks == [str(other)]
+    assert load_policy(other, reuse=first) is not first
+    assert [source for _, source in policy_checks] == [str(other)]
+    assert load_policy(path, Catalog(OPTIONS), reuse=first) is not first
     path.write_text(GOOD + "# a comment\n")
     again = load_policy(path, reuse=first)
-    assert again is not first and again.version == first.version and len(checks) == 2
+    assert again is not first and again.version == first.version and len(policy_checks) == 3
 
 
 def test_a_reload_of_an_unchanged_file_does_not_check_it_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, policy_checks: list[tuple[str, str]]
 ) -> None:
     """A storm of ReloadPolicy calls or SIGHUPs over an unchanged large policy costs a read
     each, not a check; a changed file is still checked and applied."""
     path = tmp_path / "policy.toml"
     store = _store(path)
-    checks: list[str] = []
-    real_parse = npu_resolver_policy.parse_policy
-
-    def counted(text: str, source: str, *args: object) -> Policy:
-        checks.append(text)
-        return real_parse(text, source, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(npu_resolver_policy, "parse_policy", counted)
+    policy_checks.clear()
     before = store.current
     for _ in range(3):
         outcome = store.reload()
         assert not outcome.changed and not outcome.error
-    assert checks == [] and store.current is before
+    assert policy_checks == [] and store.current is before
     path.write_text(OTHER)
-    assert store.reload().changed and checks == [OTHER]
+    assert store.reload().changed and [text for text, _ in policy_checks] == [OTHER]
