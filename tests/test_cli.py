@@ -1920,3 +1920,10 @@ def test_policy_check_names_a_file_by_its_bytes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert b"bad\\xff.toml refused:" in proc.stdout, proc.stdout
+
+
+def test_json_output_writes_text_as_it_is_not_as_escapes() -> None:
+    """A path in Chinese reads, and greps, as the job wrote it (R-DBG-1's debug_dir here)."""
+    proc = run("resolve", "--product", "atlas-a2", "--workdir", "/data/训练", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert '"debug_dir": "/data/训练' in proc.stdout and "\\u" not in proc.stdout

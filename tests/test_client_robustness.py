@@ -251,8 +251,9 @@ def test_an_async_client_refuses_a_second_loop_while_its_first_is_open(
 
 def _first_calls_at_once(client: AsyncResolverClient) -> list[str]:
     """Two threads, each in its own asyncio.run, making the client's first call at once: how
-    each call ended ("served" or the error's code)."""
-    start = threading.Barrier(2)
+    each call ended ("served" or the error's code). Each loop stays open until both calls
+    ended: a loop that ended first would leave the client to the other, rightly."""
+    start, ended = threading.Barrier(2), threading.Barrier(2)
     outcomes: list[str] = []
 
     async def call() -> None:
@@ -262,6 +263,7 @@ def _first_calls_at_once(client: AsyncResolverClient) -> list[str]:
             outcomes.append("served")
         except ResolverCallError as error:
             outcomes.append(error.code.name)
+        await asyncio.to_thread(ended.wait, 10)
 
     threads = [threading.Thread(target=asyncio.run, args=(call(),)) for _ in range(2)]
     for thread in threads:
@@ -782,9 +784,19 @@ import asyncio, sys
 from npu_resolver import ResolveRequest
 from npu_resolver_client import AsyncResolverClient, ResolverClient
 
-env = {"HOME": "/home/u", "ASCEND_WORK_PATH": "/w", "HCCL_EXEC_TIMEOUT": "900", "JOB": sys.argv[2]}
+job = int(sys.argv[2])
+env = {"HOME": "/home/u", "ASCEND_WORK_PATH": "/w", "HCCL_EXEC_TIMEOUT": "900", "JOB": str(job)}
 files = {"modify_mixlist": "{}", "fusion_switch_file": "{}", "customize_dtypes": ""}
-request = ResolveRequest("atlas-a2", {"hccl_timeout": 600}, env, "/job", attachments=files)
+
+
+def turned(mapping):  # each job builds its maps in another order, as jobs do
+    items = list(mapping.items())
+    return dict(items[job:] + items[:job])
+
+
+request = ResolveRequest(
+    "atlas-a2", {"hccl_timeout": 600}, turned(env), "/job", attachments=turned(files)
+)
 with ResolverClient(sys.argv[1]) as client:
     client.resolve_request(request)
 
@@ -799,7 +811,8 @@ asyncio.run(main())
 def test_jobs_asking_the_same_send_the_same_bytes_whatever_their_process() -> None:
     """A server keys its answer cache by a request's bytes; protobuf writes a map's entries in
     an order that changes from process to process, so the client writes them in key order.
-    Jobs differing only in a variable the resolver does not read send the same bytes too."""
+    Jobs differing only in a variable the resolver does not read, or building their maps in
+    another order, send the same bytes too."""
     received: list[bytes] = []
     reply = resolution_to_proto(resolve(ResolveRequest("atlas-a2"))).SerializeToString()
 
@@ -1567,3 +1580,13 @@ def test_a_product_the_client_does_not_know_has_its_capabilities_unknown() -> No
     for described in (renamed, other):
         product = product_from_proto(described)
         assert product.aoe_tuning is None and product.ub_fusion is None, product
+
+
+def test_both_clients_and_the_cli_wait_10_seconds_by_default() -> None:
+    """README: a default deadline of 10 s, retries included, for both clients and for the
+    CLI's --server, which takes the client's."""
+    from npu_resolver._cli._transport import Remote
+
+    assert ResolverClient("127.0.0.1:1")._settings.timeout == 10.0
+    assert AsyncResolverClient("127.0.0.1:1")._settings.timeout == 10.0
+    assert Remote("127.0.0.1:1")._client._settings.timeout == 10.0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import hmac
 import json
 import logging
 import os
@@ -1114,6 +1116,32 @@ def test_the_server_takes_the_rotated_token(tmp_path: Path) -> None:
             with pytest.raises(ResolverCallError) as info:
                 client.resolve("atlas-a2")
             assert info.value.code is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_token_is_compared_in_constant_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comparison that stops at the first differing byte tells a caller, by its time, how
+    much of a guess was right: every token given is compared with hmac.compare_digest."""
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def recorded(given: bytes, token: bytes) -> bool:
+        compared.append((given, token))
+        return real(given, token)
+
+    monkeypatch.setattr(hmac, "compare_digest", recorded)
+    token_file = tmp_path / "token"
+    token_file.write_text("t0k")
+    settings = ServerSettings(port=0, admin_token_file=token_file, protect_resolve=True)
+    with ThreadServer(settings) as server:
+        for given in ("t0k", "t0kX"):
+            with (
+                ResolverClient(server.target, token=given) as client,
+                contextlib.suppress(ResolverCallError),
+            ):
+                client.resolve("atlas-a2")
+    assert compared == [(b"t0k", b"t0k"), (b"t0kX", b"t0k")]
 
 
 @pytest.mark.parametrize(
