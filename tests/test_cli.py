@@ -1006,6 +1006,7 @@ def test_diff_of_one_product_is_a_usage_error_naming_the_rule(where: tuple[str, 
             "--max-message-bytes (or NPU_RESOLVER_MAX_MESSAGE_BYTES) 10",
         ),
         (["--tls-cert", "{tmp}/cert.pem"], "--tls-cert and --tls-key go together"),
+        (["--protect-resolve"], "protecting resolve calls needs --admin-token-file"),
         (
             ["--admin-token-file", "{tmp}/missing"],
             "--admin-token-file {tmp}/missing does not exist",

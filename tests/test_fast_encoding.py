@@ -27,7 +27,7 @@ from npu_resolver import Code, Diagnostic, Provenance, Resolution, ResolveReques
 from npu_resolver._model import unset
 from npu_resolver_client import ResolverClient
 from npu_resolver_client.wire import pb, request_to_proto, resolution_to_proto
-from npu_resolver_server import ServerSettings, _encode, _logging
+from npu_resolver_server import PolicyStore, ServerSettings, _encode, _logging
 from npu_resolver_server._encode import encode_resolution, field, length_delimited, write_response
 from npu_resolver_server._metrics import Metrics
 from tests._server import ThreadServer
@@ -301,6 +301,27 @@ def test_batch_items_share_the_answer_cache_with_unary_calls() -> None:
     assert value("npu_resolver_answer_cache_total", {"result": "miss"}) == 3
     assert value("npu_resolver_batch_items_total", {"outcome": "ok"}) == 3
     assert value("npu_resolver_batch_items_total", {"outcome": "failed"}) == 1
+
+
+def test_a_kept_answer_is_not_given_under_another_policy() -> None:
+    """A request answered under one policy is answered anew once another is in force, with
+    that policy's version and values, even though its bytes are the same."""
+    before = npu_resolver.parse_policy(
+        "[profiles.default.defaults]\nop_debug_level = 0\n", "a.toml"
+    )
+    after = npu_resolver.parse_policy("[profiles.default.defaults]\nop_debug_level = 1\n", "b.toml")
+    assert before.version != after.version
+    with (
+        ThreadServer(store=PolicyStore.fixed(before)) as server,
+        ResolverClient(server.target) as client,
+    ):
+        client.resolve("atlas-a2")
+        first = client.resolve("atlas-a2")  # kept from its second sight
+        assert (first.policy_version, first.options["op_debug_level"]) == (before.version, 0)
+        assert len(server.built.service.cache) == 1
+        server.store.current = after  # in force without a reload, which would empty the cache
+        then = client.resolve("atlas-a2")
+        assert (then.policy_version, then.options["op_debug_level"]) == (after.version, 1)
 
 
 def test_a_server_without_an_answer_cache_counts_no_cache_lookups() -> None:

@@ -199,6 +199,15 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         server.wait_for("policy_reload_recovered", 2)
         assert _metric_soon(metrics_port, "npu_resolver_policy_reload_failing", 0) == 0
 
+        # Another policy in force: its version's series reads 1, the one it replaced 0.
+        (old,) = {e["policy_version"] for e in server.events("policy_loaded")}
+        policy.write_text("[profiles.default.defaults]\nop_debug_level = 1\n")
+        server.signal(signal.SIGHUP)
+        (new,) = {e["policy_version"] for e in server.wait_for("policy_reloaded", 2)}
+        assert new != old
+        assert _metric_soon(metrics_port, f'npu_resolver_policy_info{{version="{new}"}}', 1) == 1
+        assert _metric_soon(metrics_port, f'npu_resolver_policy_info{{version="{old}"}}', 0) == 0
+
         supervisor = server.pid
         server.signal(signal.SIGTERM)
         assert server.wait() == 0

@@ -16,9 +16,10 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npu_resolver import CATALOG, MAX_CONFIG_ITEMS, ResolveRequest, resolve
+from npu_resolver import CATALOG, MAX_CONFIG_ITEMS, Resolution, ResolveRequest, resolve
 from npu_resolver_client import ResolveError, ResolveFailure, ResolverClient
 from npu_resolver_client.wire import pb
+from npu_resolver_server import ServerSettings
 from npu_resolver_server._encode import field, length_delimited, struct_items, varint
 from npu_resolver_server._reading import MAX_MAP_ENTRIES, UNREADABLE, too_large
 from npu_resolver_server._replies import (
@@ -28,7 +29,7 @@ from npu_resolver_server._replies import (
     trailer_bytes,
 )
 from npu_resolver_server._servicer import MAX_BATCH_ITEMS, MAX_DIFF_PRODUCTS
-from tests._server import ProcessServer, grpc_server, grpc_target  # noqa: F401
+from tests._server import ProcessServer, ThreadServer, grpc_server, grpc_target  # noqa: F401
 
 RESOLVE = "/npu.resolver.v1.Resolver/Resolve"
 BATCH = "/npu.resolver.v1.Resolver/ResolveBatch"
@@ -509,6 +510,28 @@ def test_a_large_request_within_the_entry_bound_is_answered(
         code, reply = _call(grpc_target, RESOLVE, request.SerializeToString())
         assert code is grpc.StatusCode.OK
         assert pb.ResolveResponse.FromString(reply).ok
+
+
+def test_max_message_bytes_raises_what_the_server_takes_and_what_it_sends() -> None:
+    """With --max-message-bytes 16 MiB, a request and a reply past gRPC's default 4 MiB both
+    go through: a Resolve of a 6 MiB attachment, and a batch whose reply is larger."""
+    settings = ServerSettings(port=0, grace_seconds=2.0, max_message_bytes=16 * 2**20)
+    with (
+        ThreadServer(settings) as server,
+        ResolverClient(server.target, max_message_bytes=16 * 2**20) as client,
+    ):
+        answer = client.resolve("atlas-a2", attachments={"op_debug_config": "#" * (6 * 2**20)})
+        assert answer.ok and answer.product == "atlas-a2"
+        asked = [ResolveRequest("atlas-a2", workdir=f"/{i}/" + "w" * 1500) for i in range(1000)]
+        answers = client.resolve_batch(asked)
+        assert len(answers) == 1000
+        assert all(isinstance(a, Resolution) and a.ok for a in answers)
+
+
+def test_protecting_resolve_calls_without_a_token_file_is_refused() -> None:
+    """A server told to protect every call but given no token to check is not made."""
+    with pytest.raises(ValueError, match="protecting resolve calls needs --admin-token-file"):
+        ServerSettings(protect_resolve=True)
 
 
 def test_a_request_of_256_kib_is_decoded_as_sent_and_one_byte_more_is_looked_at_first(
