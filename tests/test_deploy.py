@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -576,3 +577,18 @@ def test_the_image_builds_with_pinned_versions_that_satisfy_the_project() -> Non
     assert dockerfile.count('${EXTRAS:+[$EXTRAS]}"') == 2, "EXTRAS must reach both stages"
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert "!deploy/constraints.txt" in ignore  # in the build context though deploy/ is not
+
+
+def test_a_flag_added_to_base_reaches_every_overlay(kubectl: Path, tmp_path: Path) -> None:
+    """Overlays append their server arguments to base's instead of replacing the list, so a
+    flag a platform adds to base is not silently missing from prod."""
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    deployment = tmp_path / "deploy" / "k8s" / "base" / "deployment.yaml"
+    text = deployment.read_text(encoding="utf-8")
+    last = '            - "1048576"\n'
+    assert text.count(last) == 1, "base's last argument moved: update this test"
+    added = last + '            - --cache-entries\n            - "1234"\n'
+    deployment.write_text(text.replace(last, added), encoding="utf-8")
+    for name, directory in TARGETS.items():
+        flags = _server_flags(_render(kubectl, str(tmp_path / directory)))
+        assert flags.get("--cache-entries") == "1234", f"{name} lost a flag of base"
