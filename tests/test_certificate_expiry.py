@@ -211,7 +211,14 @@ def _pem(kind: str, der: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     "form",
-    ["as issued", "CRLF lines", "a comment quoting the marker first", "TRUSTED", "X509"],
+    [
+        "as issued",
+        "CRLF lines",
+        "blanks after the marker",
+        "a comment quoting the marker first",
+        "TRUSTED",
+        "X509",
+    ],
 )
 def test_the_first_certificate_is_found_in_every_form_openssl_reads(form: str) -> None:
     """The expiry read is the leaf's, the certificate OpenSSL serves: never an intermediate's
@@ -222,6 +229,7 @@ def test_the_first_certificate_is_found_in_every_form_openssl_reads(form: str) -
     first = {
         "as issued": leaf,
         "CRLF lines": leaf.replace(b"\n", b"\r\n"),
+        "blanks after the marker": leaf.replace(b"CERTIFICATE-----\n", b"CERTIFICATE----- \t\n", 1),
         "a comment quoting the marker first": b"# -----BEGIN CERTIFICATE----- below\n" + leaf,
         "TRUSTED": _pem("TRUSTED CERTIFICATE", der + b"\x30\x00"),  # with empty trust settings
         "X509": _pem("X509 CERTIFICATE", der),

@@ -578,8 +578,9 @@ _OWN_PRODUCTS: Final = {product.id: product for product in PRODUCTS}
 
 def product_from_proto(message: pb.Product) -> Product:
     """The product a server describes. The wire does not carry what a product supports: a
-    product this package's own table describes alike gets its capabilities from that row, and
-    one it does not know (a server of another version) leaves them None, not known."""
+    product this package's own table describes alike (id, names, family, aliases) gets its
+    capabilities from that row, as this package's version of the source gives them, and one
+    it does not know (a server of another version) leaves them None, not known."""
     product = Product(
         id=message.id,
         name=message.name,

@@ -226,6 +226,8 @@ class ResolverServer:
         await self.store.stop_watching()
         if self._tls_checks is not None:
             self._tls_checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tls_checks
         await self.health.end_watches()  # they have seen NOT_SERVING; they must not hold the drain
         stops = [self.server.stop(grace)]
         if self.health_server is not None:
@@ -250,7 +252,10 @@ expiry metric come within this long, whether or not a client connects)."""
 async def _check_certificates(files: CertificateFiles) -> None:
     while True:
         await asyncio.sleep(TLS_CHECK_S)
-        await asyncio.to_thread(files.check)
+        try:
+            await asyncio.to_thread(files.check)
+        except Exception:  # a defect must not end the checks, nor go unlogged
+            log.exception("tls_check_failed", extra={"fields": {"event": "tls_check_failed"}})
 
 
 def create_server(

@@ -15,10 +15,12 @@ import time
 from typing import Final
 
 _PEM_BLOCK: Final = re.compile(
-    # The first certificate block, as OpenSSL reads a chain: its lines alone (a comment that
-    # quotes the marker is not one), and the TRUSTED and X509 forms OpenSSL also takes (a
-    # trusted certificate's DER is the certificate followed by its trust settings).
-    rb"^-----BEGIN (?P<kind>(?:TRUSTED |X509 )?CERTIFICATE)-----\r?$(.*?)^-----END (?P=kind)-----",
+    # The first certificate block, as OpenSSL reads a chain: its marker lines alone, trailing
+    # blanks allowed (a comment that quotes the marker is not one), and the TRUSTED and X509
+    # forms OpenSSL also takes (a trusted certificate's DER is the certificate followed by its
+    # trust settings).
+    rb"^-----BEGIN (?P<kind>(?:TRUSTED |X509 )?CERTIFICATE)-----[ \t\r]*$"
+    rb"(.*?)^-----END (?P=kind)-----",
     re.DOTALL | re.MULTILINE,
 )
 _SEQUENCE: Final = 0x30
