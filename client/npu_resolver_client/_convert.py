@@ -589,16 +589,7 @@ def product_from_proto(message: pb.Product) -> Product:
         aliases=tuple(message.aliases),
     )
     row = _OWN_PRODUCTS.get(product.id)
-    return row if row is not None and _described_alike(row, product) else product
-
-
-def _described_alike(row: Product, product: Product) -> bool:
-    return (row.name, row.source_name, row.family, row.aliases) == (
-        product.name,
-        product.source_name,
-        product.family,
-        product.aliases,
-    )
+    return row if row == product else product  # equality leaves the capabilities out
 
 
 def _support_to_proto(data: Mapping[str, JSON]) -> pb.ProductSupport:

@@ -32,7 +32,7 @@ from typing import Any, Final
 from ._catalog import CATALOG, Catalog
 from ._fingerprint import alike_numbers, canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
-from ._products import PRODUCT_IDS, product_id
+from ._products import PRODUCT_IDS, listed, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
 from ._values import Problem, config_shape, parse, show
@@ -245,8 +245,7 @@ class Policy:
 
 def _on_products(pids: Collection[str], all_of_them: str) -> str:
     """Products in the catalog's order, or `all_of_them` when none is missing."""
-    named = [pid for pid in PRODUCT_IDS if pid in pids]
-    return all_of_them if len(named) == len(PRODUCT_IDS) else ", ".join(named)
+    return all_of_them if all(pid in pids for pid in PRODUCT_IDS) else listed(pids)
 
 
 def _check_value(

@@ -192,13 +192,12 @@ class ResolverServer:
     tls: CertificateFiles | None = None
     _stopped: bool = field(default=False, repr=False)
     _tls_checks: asyncio.Task[None] | None = field(default=None, repr=False)
+    _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
     def tls_not_after(self) -> float | None:
         """The expiry (seconds since the epoch) of the certificate last taken, if readable."""
         return self.tls.expires if self.tls is not None else None
-
-    _hurry: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     async def start(self) -> None:
         await self.server.start()

@@ -75,10 +75,9 @@ class InProcess:
 class Remote:
     """A running server, through the project's own client library."""
 
-    def __init__(self, target: str, timeout: float | None = None, **credentials: Any) -> None:
-        """`timeout`: the client's default deadline when None; `credentials`: the client's
-        root_certificates, private_key, certificate_chain, token and max_message_bytes
-        arguments."""
+    def __init__(self, target: str, **credentials: Any) -> None:
+        """`credentials`: the client's root_certificates, private_key, certificate_chain, token
+        and max_message_bytes arguments; the deadline is the client's default."""
         # gRPC's own log lines (each failed TLS handshake, at INFO) would come before the
         # CLI's one line saying what failed; the caller's own GRPC_VERBOSITY still wins.
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -86,8 +85,6 @@ class Remote:
             from npu_resolver_client import ResolverClient
         except ImportError as exc:  # pragma: no cover - the client ships with the package
             raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
-        if timeout is not None:
-            credentials["timeout"] = timeout
         self._client = ResolverClient(target, **credentials)
         self._tls_without_own_certificate = bool(
             credentials.get("root_certificates") and not credentials.get("certificate_chain")
