@@ -8,6 +8,10 @@ whole handler on the others, so both see the same mix of memo hits and misses. `
 reports these figures; alone:
 
     python -m benchmarks.handler_bench --count 20000     (prints one JSON object)
+
+With `--evict-mb N`, N MB of other memory is written before each timed call, as a server's
+other work (gRPC's, between two calls) leaves the caches: what a call costs served rather than
+in a loop that keeps the handler's data and code warm. Stages are then not timed.
 """
 
 from __future__ import annotations
@@ -53,16 +57,54 @@ def _us(samples: list[int]) -> float:
 
 
 async def _timed_calls(
-    handler: Callable[[bytes, Any], Awaitable[bytes]], items: list[bytes]
+    handler: Callable[[bytes, Any], Awaitable[bytes]],
+    items: list[bytes],
+    evict: Callable[[], None] | None = None,
 ) -> list[int]:
     context = _Context()
     clock = time.perf_counter_ns
     samples = []
     for raw in items:
+        if evict is not None:
+            evict()
         start = clock()
         await handler(raw, context)
         samples.append(clock() - start)
     return samples
+
+
+def _evicting(megabytes: float) -> Callable[[], None] | None:
+    """A function that writes one byte in each 64-byte line of `megabytes` of memory."""
+    if megabytes <= 0:
+        return None
+    lines = bytearray(int(megabytes * 1024 * 1024))
+    ones = bytes([1]) * len(range(0, len(lines), 64))
+
+    def evict() -> None:
+        lines[::64] = ones
+
+    return evict
+
+
+async def _evicted_figures(count: int, megabytes: float) -> dict[str, float]:
+    """The whole handler, distinct requests and cached answers, each call after the eviction."""
+    store = PolicyStore(None)
+    store.load_initial()
+    service = ResolverService(store, cache=AnswerCache(DEFAULT_CACHE_ENTRIES))
+    handler = service._wrap("Resolve", service.resolve)
+    hot = [raw for raw, _ in working_set()]
+    await _timed_calls(handler, hot * 2)
+    await _timed_calls(handler, [raw for raw, _ in distinct(count // 4, "handler-warm")])
+    evict = _evicting(megabytes)
+    whole = await _timed_calls(handler, [raw for raw, _ in distinct(count, "handler")], evict)
+    hits = await _timed_calls(handler, (hot * (count // len(hot) + 1))[:count], evict)
+    echo = await _timed_calls(Echo().resolve, hot, evict)
+    return {
+        "evict_mb": megabytes,
+        "handler_distinct_us": _us(whole),
+        "handler_hit_us": _us(hits),
+        "handler_echo_us": _us(echo),
+    }
 
 
 async def _figures(count: int) -> dict[str, float]:
@@ -102,9 +144,10 @@ async def _figures(count: int) -> dict[str, float]:
     return out
 
 
-def handler_figures(count: int) -> dict[str, float]:
+def handler_figures(count: int, evict_mb: float = 0.0) -> dict[str, float]:
     """Median µs per call of the Resolve handler: a distinct request (and its stages), a cached
-    answer, and the echo server's handler on the same requests. The process's logging is as it
+    answer, and the echo server's handler on the same requests; with `evict_mb`, each call after
+    writing that much other memory (see the module's docstring). The process's logging is as it
     was afterwards."""
     root = logging.getLogger("npu_resolver_server")
     saved = root.handlers[:], root.level, root.propagate, _logging._Sink.handler
@@ -114,6 +157,8 @@ def handler_figures(count: int) -> dict[str, float]:
             assert _logging._Sink.handler is not None
             _logging._Sink.handler.setStream(sink)
             try:
+                if evict_mb > 0:
+                    return asyncio.run(_evicted_figures(count, evict_mb))
                 return asyncio.run(_figures(count))
             finally:
                 _logging.flush_calls()
@@ -124,8 +169,11 @@ def handler_figures(count: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--count", type=int, default=2000, help="distinct requests timed")
+    parser.add_argument(
+        "--evict-mb", type=float, default=0.0, help="MB of other memory written before each call"
+    )
     args = parser.parse_args()
-    print(json.dumps(handler_figures(args.count)))
+    print(json.dumps(handler_figures(args.count, args.evict_mb)))
     return 0
 
 

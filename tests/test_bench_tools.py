@@ -25,6 +25,21 @@ def test_handler_figures_time_each_kind_of_call_and_leave_logging_as_it_was() ->
     }
 
 
+def test_handler_figures_after_eviction_time_whole_calls_only() -> None:
+    """`--evict-mb`: each call timed after other memory is written, as served; no stages."""
+    root = logging.getLogger("npu_resolver_server")
+    before = root.handlers[:], root.level, root.propagate
+    figures = handler_figures(40, evict_mb=0.01)
+    assert (root.handlers[:], root.level, root.propagate) == before
+    assert all(value > 0 for value in figures.values()), figures
+    assert set(figures) == {
+        "evict_mb",
+        "handler_distinct_us",
+        "handler_hit_us",
+        "handler_echo_us",
+    }
+
+
 def _results() -> dict[str, Any]:
     """Results as `measure` writes them, without the handler's figures (as before they were
     measured), every figure 1."""
