@@ -436,6 +436,103 @@ def test_policy_check_exits_1_when_a_lock_fails_every_job_of_a_mode_r_pm_3(tmp_p
     assert json.loads(proc.stdout)["diagnostics_from_the_policy"]
 
 
+def test_policy_check_format_json_prints_a_refused_file_as_json_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    """A CI job reads a refusal, as it reads a loaded file's summary, from one JSON object:
+    the refusal's own fields, `ok` false; the exit status is still 1."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[profiles.default.defaults]\nhccl_timeot = 3600\n", encoding="utf-8")
+    for flag in (["--format", "json"], ["--json"]):
+        proc = run("policy", "check", str(bad), *flag)
+        assert proc.returncode == 1, proc.stderr
+        refusal = json.loads(proc.stdout)
+        assert refusal.keys() == {"ok", "source", "problems", "digest"}
+        assert refusal["ok"] is False and refusal["source"] == str(bad)
+        (problem,) = refusal["problems"]
+        assert "[profiles.default.defaults] hccl_timeot: unknown option" in problem
+        assert len(refusal["digest"]) == 12  # the refused bytes, as a server's log names them
+        assert "check it again after fixing these" in proc.stderr  # the note stays on stderr
+    latin = tmp_path / "latin.toml"  # read, but not text: refused, as one that does not parse
+    latin.write_bytes(b"# caf\xe9\n")
+    proc = run("policy", "check", str(latin), "--format", "json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["problems"] == ["not UTF-8 at byte 5"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "too large"])
+def test_policy_check_format_json_prints_an_unreadable_file_as_json_and_exits_2(
+    tmp_path: Path, kind: str
+) -> None:
+    """A file that cannot be read at all is unreadable input (exit 2, its line on stderr as
+    before), and with --format json the same JSON object as a refusal, its digest empty: no
+    byte was read."""
+    path = tmp_path / "p.toml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "too large":
+        with open(path, "wb") as file:  # sparse: the size alone refuses it
+            file.truncate(1024 * 1024 + 1)
+    proc = run("policy", "check", str(path), "--format", "json")
+    assert proc.returncode == 2
+    refusal = json.loads(proc.stdout)
+    assert refusal["ok"] is False and refusal["source"] == str(path) and refusal["digest"] == ""
+    (problem,) = refusal["problems"]
+    assert problem in proc.stderr and proc.stderr.startswith(f"npu-resolve: policy {path}: ")
+    said = {"missing": "cannot read", "directory": "directory", "too large": "over the limit"}
+    assert said[kind] in problem
+
+
+def test_policy_check_default_output_is_kept_and_format_json_adds_ok(tmp_path: Path) -> None:
+    """Without --format a loaded file prints the summary it always did (no `ok` key, which
+    callers parsing it do not expect); --format json prints the same summary with `ok`, true
+    only when the exit status is 0 (a lock failing every training job, R-PM-3, exits 1)."""
+    good = tmp_path / "p.toml"
+    good.write_text("[profiles.default.locked]\nhccl_timeout = 600\n", encoding="utf-8")
+    plain = run("policy", "check", str(good))
+    assert plain.returncode == 0 and "ok" not in json.loads(plain.stdout)
+    proc = run("policy", "check", str(good), "--format", "json")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert json.loads(proc.stdout) == {"ok": True, **json.loads(plain.stdout)}
+    good.write_text('[profiles.default.locked]\nprecision_mode = "force_fp16"\n', encoding="utf-8")
+    proc = run("policy", "check", str(good), "--json")
+    assert proc.returncode == 1 and "is an ERROR" in proc.stderr
+    assert json.loads(proc.stdout)["ok"] is False
+
+
+def test_policy_check_format_table_prints_text_whatever_the_outcome(tmp_path: Path) -> None:
+    """--format table: a refused file as without the flag, and a loaded one as lines headed the
+    same way (its version, tables, and what the policy makes every job hear), exit statuses
+    unchanged."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[profiles.default.defaults]\nhccl_timeot = 3600\n", encoding="utf-8")
+    plain = run("policy", "check", str(bad))
+    proc = run("policy", "check", str(bad), "--format", "table")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, plain.stdout, plain.stderr)
+    good = tmp_path / "p.toml"
+    good.write_text(
+        "[profiles.default.locked]\nhccl_timeout = 600\n[profiles.x.defaults]\nhccl_timeout = 68\n",
+        encoding="utf-8",
+    )
+    version = json.loads(run("policy", "check", str(good)).stdout)["version"]
+    proc = run("policy", "check", str(good), "--format", "table")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:6] == [
+        f"policy {good} loads: version {version}",
+        "profiles",
+        "  default",
+        "    all products locked: hccl_timeout",
+        "  x",
+        "    all products defaults: hccl_timeout",
+    ]
+    assert lines[6] == "defaults_that_never_act" and lines[7].startswith("  - hccl_timeout ")
+    assert "diagnostics_from_the_policy" in lines
+    assert any("INFO ROUNDED (R-HCT-3)" in line for line in lines)
+    missing = run("policy", "check", str(tmp_path / "missing.toml"), "--format", "table")
+    assert missing.returncode == 2 and missing.stdout == "" and "cannot read" in missing.stderr
+
+
 def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._catalog import CATALOG
 from .._model import Resolution, Severity
@@ -40,6 +40,9 @@ from ._render import (
     render_table,
 )
 from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableError
+
+if TYPE_CHECKING:
+    from .._policy import PolicyError
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED: Final = 128 + int(signal.SIGINT)
@@ -276,11 +279,16 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         try:
             policy = load_policy(args.file)
         except PolicyReadError as exc:
+            if args.format == "json":  # for a pipeline, as a refusal is; the line stays too
+                _print(_policy_refusal_json(exc))
             raise UsageError(f"policy {exc}") from exc
         except PolicyError as exc:
-            _print(f"policy {_as_given(args.file)} refused:")
-            for problem in exc.problems:
-                _print(f"  - {problem}")
+            if args.format == "json":
+                _print(_policy_refusal_json(exc))
+            else:
+                _print(f"policy {_as_given(args.file)} refused:")
+                for problem in exc.problems:
+                    _print(f"  - {problem}")
             _warn(  # what a fixed file may bring next: said now, not found on the next run
                 "npu-resolve: what the policy does to jobs is judged once the file loads; "
                 "check it again after fixing these"
@@ -290,8 +298,14 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         said = diagnostics_from_policy(policy)
         if said:  # what every job would hear: shown by `check` only, which resolves to find it
             summary["diagnostics_from_the_policy"] = [says.text for says in said]
-        _print(json.dumps(summary, indent=2, ensure_ascii=False))
         errors = sum(says.severity is Severity.ERROR for says in said)
+        if args.format == "table":
+            from ._explain import render_policy_summary
+
+            _print(render_policy_summary(_as_given(args.file), summary))
+        else:  # `ok` only when asked for JSON: the default's keys stay as they were
+            answer = summary if args.format is None else {"ok": not errors, **summary}
+            _print(json.dumps(answer, indent=2, ensure_ascii=False))
         if errors:  # loadable, but every job it reaches fails: not a file to push
             _warn(
                 f"policy {_as_given(args.file)} loads, but {errors} of its "
@@ -304,6 +318,13 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     shown = _transport(args).policy()
     _print(json.dumps(shown, indent=2, ensure_ascii=False))
     return EXIT_OK
+
+
+def _policy_refusal_json(exc: PolicyError) -> str:
+    """A refused or unreadable policy file as `policy check --format json` prints it: the
+    error's own fields, `digest` empty when no byte was read."""
+    refusal = {"ok": False, "source": exc.source, "problems": exc.problems, "digest": exc.digest}
+    return json.dumps(refusal, indent=2, ensure_ascii=False)
 
 
 def _serve(argv: Sequence[str]) -> int:
@@ -406,17 +427,23 @@ def _version_text() -> str:
     return f"npu-resolve {program} (catalog {CATALOG_VERSION})"
 
 
-def _output_arguments(parser: argparse.ArgumentParser) -> None:
+def _output_arguments(
+    parser: argparse.ArgumentParser, default: str | None = "table", said: str = "table"
+) -> None:
     """`--format table|json`, as resolve takes it, with `--json` its short form: one or the
-    other, given once."""
+    other, given once. `default` None: neither given, which a command whose output predates
+    the flag (policy check) tells from either (`said` is its help's words for it)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--format", choices=("table", "json"), action=_Once, help="output format (default: table)"
+        "--format",
+        choices=("table", "json"),
+        action=_Once,
+        help=f"output format (default: {said})",
     )
     group.add_argument(
         "--json", dest="format", action="store_const", const="json", help="--format json"
     )
-    parser.set_defaults(format="table")
+    parser.set_defaults(format=default)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -464,6 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
     policy_sub = policy.add_subparsers(dest="policy_command", required=True, parser_class=_Parser)
     check = policy_sub.add_parser("check", help="validate a policy file")
     check.add_argument("file")
+    _output_arguments(  # no default: a refusal was text and a summary JSON before the flag
+        check,
+        None,
+        "JSON for a file that loads, text lines for one refused; table: text either way; "
+        'json: JSON either way, with "ok"',
+    )
     show = policy_sub.add_parser("show", help="the policy in force")
     show.add_argument("--policy", help="policy TOML file")
     _server_arguments(show, "show a running server's policy")

@@ -1,4 +1,4 @@
-"""Text for `products`, `explain` and `diff`: what a person reads at a terminal."""
+"""Text for `products`, `explain`, `diff` and `policy check`: what a person reads at a terminal."""
 
 from __future__ import annotations
 
@@ -41,6 +41,22 @@ def render_products(products: list[dict[str, Any]]) -> str:
         )
         if p["aliases"]:
             lines.append(f"{'':<16} aliases: {shown(', '.join(p['aliases']))}")
+    return "\n".join(lines)
+
+
+_SAID: Final = "diagnostics_from_the_policy"
+
+
+def render_policy_summary(file: str, summary: dict[str, Any]) -> str:
+    """A loaded policy's summary (Policy.summary, with what `check` found) as lines, headed as
+    a refused file's are, so that `--format table` reads the same way whatever the outcome."""
+    lines = [f"policy {file} loads: version {summary['version']}", "profiles"]
+    for name, tables in summary["profiles"].items():
+        lines.append(f"  {shown(name)}")
+        lines += [f"    {shown(table)}: {shown(', '.join(keys))}" for table, keys in tables.items()]
+    for heading in ("defaults_that_never_act", "values_that_never_act", _SAID):
+        if summary.get(heading):  # as the JSON, which leaves an empty list out
+            lines += [heading, *(f"  - {shown(line)}" for line in summary[heading])]
     return "\n".join(lines)
 
 
