@@ -1168,6 +1168,42 @@ def test_serve_refuses_bad_setting_variables_naming_the_variable(
     assert "--max-struct-depth" not in proc.stderr and "--policy-poll" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (
+            [],
+            {"NPU_RESOLVER_PORT": "abc"},
+            "--port (or NPU_RESOLVER_PORT) abc: must be a valid integer",
+        ),
+        (
+            ["--port", "99999", "--log-level", "ERROR"],
+            {},
+            "--port (or NPU_RESOLVER_PORT) 99999: must be less than or equal to 65535",
+        ),
+        (
+            ["--port", "0"],
+            {"NPU_RESOLVER_MAX_STRUCT_DEPTH": "0"},
+            "NPU_RESOLVER_MAX_STRUCT_DEPTH 0: must be",
+        ),
+    ],
+)
+def test_serve_bad_settings_are_a_start_failed_json_line_too(
+    args: list[str], env: dict[str, str], said: str
+) -> None:
+    """A log pipeline reading the server's JSON lines sees why it never started, as for a taken
+    port: a `start_failed` ERROR (written at any --log-level) whose error is the plain line's
+    text, after that line; exit 2 as before."""
+    proc = run("serve", *args, env={**os.environ, **env})
+    assert proc.returncode == 2
+    plain, line = proc.stderr.splitlines()
+    assert plain.startswith(f"npu-resolve serve: {said}")
+    failed = json.loads(line)
+    assert failed["event"] == "start_failed" and failed["level"] == "ERROR"
+    assert failed["logger"] == "npu_resolver_server"
+    assert failed["error"] == plain.removeprefix("npu-resolve serve: ")
+
+
 def test_a_misspelt_setting_variable_is_named_at_start() -> None:
     """NPU_RESOLVER_WORKER=2 sets nothing; the operator is told, with the setting meant. The
     server's start is not refused for it (stopped by SIGINT while starting, exit 0)."""

@@ -7,6 +7,7 @@ absence is simulated where that is the point."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import time
@@ -103,6 +104,25 @@ def test_exporter_variables_the_server_cannot_honour_stop_the_start_naming_them(
     monkeypatch.setattr(_app, "run_worker", _no_server)
     assert _cli.main(["--port", "0", "--tracing"]) == 2
     assert problem in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_tracing_setting_that_stops_the_start_is_a_start_failed_json_line_too(
+    missing: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a log pipeline reads: the plain line, then `start_failed` with its text."""
+    if missing:
+        monkeypatch.setattr(_tracing, "missing_packages", lambda: ["opentelemetry-sdk"])
+    else:
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    monkeypatch.setattr(_app, "run_worker", _no_server)
+    assert _cli.main(["--port", "0", "--tracing"]) == 2
+    plain, line = capsys.readouterr().err.splitlines()
+    said = "--tracing needs opentelemetry-sdk" if missing else "--tracing: OTEL_TRACES_EXPORTER"
+    assert plain.startswith(f"npu-resolve serve: {said}")
+    failed = json.loads(line)
+    assert (failed["event"], failed["level"]) == ("start_failed", "ERROR")
+    assert failed["error"] == plain.removeprefix("npu-resolve serve: ")
 
 
 @pytest.mark.parametrize(

@@ -155,8 +155,7 @@ def run_serve(namespace: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(namespace)
     except ValidationError as exc:
-        print(f"npu-resolve serve: {_explain(exc)}", file=sys.stderr)
-        return 2
+        return _refused(_explain(exc))
     # gRPC's own lines (a failed TLS handshake, at INFO, for each plaintext connection or port
     # scan) are plain text among the JSON lines; read when gRPC loads, so set before that. The
     # operator's own GRPC_VERBOSITY still wins.
@@ -172,16 +171,13 @@ def run_serve(namespace: argparse.Namespace) -> int:
 
             problem = settings_problem(os.environ)
             if problem:
-                print(f"npu-resolve serve: --tracing: {problem}", file=sys.stderr)
-                return 2
+                return _refused(f"--tracing: {problem}")
             missing = missing_packages()
             if missing:
-                print(
-                    f"npu-resolve serve: --tracing needs {', '.join(missing)}; "
-                    "install them with: pip install 'npu-config-resolver[tracing]'",
-                    file=sys.stderr,
+                return _refused(
+                    f"--tracing needs {', '.join(missing)}; "
+                    "install them with: pip install 'npu-config-resolver[tracing]'"
                 )
-                return 2
         if settings.workers > 1:
             from ._supervisor import run_workers
 
@@ -207,6 +203,17 @@ def run_serve(namespace: argparse.Namespace) -> int:
             detail=STOPPED_DETAIL,
         )
         return 0
+
+
+def _refused(problem: str) -> int:
+    """A start refused for a setting, before anything starts: exit 2, the line a person reads,
+    and the `start_failed` JSON line a log pipeline reads, as for a taken port (an ERROR, so
+    written at any --log-level)."""
+    from ._supervisor import say
+
+    print(f"npu-resolve serve: {problem}", file=sys.stderr, flush=True)
+    say("start_failed", "ERROR", logger="npu_resolver_server", error=problem)
+    return 2
 
 
 def _warn_unknown_variables(settings: ServerSettings) -> None:
