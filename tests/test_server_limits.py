@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -1101,6 +1103,66 @@ def test_a_large_request_past_the_hung_worker_limit_stops_the_heartbeat(
     asyncio.run(run())
     said = [getattr(r, "fields", {}).get("event") for r in caplog.records]
     assert said == ["large_request_stuck"]
+
+
+SERVICE_CONFIG_FILE = Path(__file__).resolve().parent.parent / "deploy" / "service-config.json"
+
+
+def test_the_published_service_config_is_the_python_clients() -> None:
+    """deploy/service-config.json is what a launcher in another language gives its channel: the
+    Python client's balancing and retry policy (UNAVAILABLE and CANCELLED, a call caught in a
+    server's drain), with the health check the headless Service takes."""
+    from npu_resolver_client._client import SERVICE_CONFIG
+
+    published = json.loads(SERVICE_CONFIG_FILE.read_text(encoding="utf-8"))
+    assert published == {
+        **SERVICE_CONFIG,
+        "healthCheckConfig": {"serviceName": pb.DESCRIPTOR.services_by_name["Resolver"].full_name},
+    }
+
+
+def test_a_channel_given_the_published_service_config_retries_a_busy_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain gRPC channel (no client of this package) with the published service config: the
+    health check lets it call, and the retry policy sends a busy server's UNAVAILABLE again."""
+    from npu_resolver_client._client import RETRY_POLICY
+    from npu_resolver_server._large import LargeRequests
+    from npu_resolver_server._servicer import ResolverService
+    from tests._server import ThreadServer
+
+    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
+    calls = 0
+    answer = ResolverService.resolve
+
+    def counted(self: ResolverService, raw: bytes, context: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return answer(self, raw, context)
+
+    monkeypatch.setattr(ResolverService, "resolve", counted)
+    options = [
+        ("grpc.service_config", SERVICE_CONFIG_FILE.read_text(encoding="utf-8")),
+        ("grpc.per_rpc_retry_buffer_size", 4 * 1024 * 1024),
+    ]
+    small = pb.ResolveRequest(product="atlas-a2")
+    large = pb.ResolveRequest(
+        product="atlas-a2",
+        config_json=json.dumps({"op_debug_config": "/job/debug.cfg"}),
+        attachments={"op_debug_config": LARGE_ATTACHMENT},
+    )
+    with ThreadServer() as server, grpc.insecure_channel(server.target, options) as channel:
+        call = channel.unary_unary(
+            "/npu.resolver.v1.Resolver/Resolve",
+            request_serializer=pb.ResolveRequest.SerializeToString,
+            response_deserializer=pb.ResolveResponse.FromString,
+        )
+        assert call(small, timeout=10).product == "atlas-a2"
+        calls = 0
+        with pytest.raises(grpc.RpcError) as info:
+            call(large, timeout=20)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert calls == RETRY_POLICY["maxAttempts"]
 
 
 def test_a_busy_servers_unavailable_is_retried_by_the_client(

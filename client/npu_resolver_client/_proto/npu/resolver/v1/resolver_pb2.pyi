@@ -88,7 +88,10 @@ class _SourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Source.ValueTy
     """Derived or forced by a rule from other settings."""
 
 class Source(_Source, metaclass=_SourceEnumTypeWrapper):
-    """Where an effective value came from, highest precedence first."""
+    """Where an effective value came from. POLICY_LOCKED to DEFAULT are the chain of sources,
+    highest precedence first; DERIVED is a rule's value, set after the chain, which replaces
+    whatever the chain gave (NPU_COLLECT_PATH forcing the exception dump, for one).
+    """
 
 SOURCE_UNSPECIFIED: Source.ValueType  # 0
 """Never sent."""
@@ -183,7 +186,9 @@ class ResolveRequest(_message.Message):
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """The partial config: option name to JSON value. Numbers travel as doubles; integral values
-        are read back as integers.
+        are read back as integers. At most 512 options are read (more: an INVALID_VALUE on
+        `config`, nothing resolved); the server reads a Struct of at most 10,000 keys and list items
+        in all, 18 levels deep (its --max-struct-keys and --max-struct-depth).
         """
 
     @_builtins.property
@@ -195,7 +200,8 @@ class ResolveRequest(_message.Message):
     @_builtins.property
     def attachments(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Option name to the text of the file that option names, for the rules that read inside
-        it. The server never opens a path itself.
+        it. The server never opens a path itself. Each text at most 1 MiB (1,048,576 bytes) and at
+        most 64 attachments; a larger text is an INVALID_VALUE on its option.
         """
 
     def __init__(
@@ -281,16 +287,21 @@ class Diagnostic(_message.Message):
     """Stable code, e.g. OUT_OF_RANGE, DROPPED_UNSUPPORTED_PRODUCT, NORMALIZED."""
     option: _builtins.str
     """The option name, or `env.<NAME>` for an environment variable, or a request field for
-    what concerns it as a whole: `product`, `profile`, `config`, `attachments`, or
-    `attachments.<NAME>` for one attached file. An UNKNOWN_OPTION names the caller's key,
-    whatever it is (a config key "product" too): the code tells them apart.
+    what concerns it as a whole: `product`, `profile`, `config`, `workdir`, `attachments`, or
+    `attachments.<NAME>` for an attachment under a name that takes none. A problem inside an
+    attached file names the option whose file it is (its message begins "<option> file:" or
+    "<option> attachment refused:"). An UNKNOWN_OPTION names the caller's key, whatever it is
+    (a config key "product" too): the code tells them apart.
     """
     rule: _builtins.str
     """Id of the documented rule behind it; empty when none."""
     message: _builtins.str
     """What happened and what to do, in one sentence or two."""
     suggestion: _builtins.str
-    """A suggested replacement (closest option name, product id, profile); empty when none."""
+    """A suggested replacement (closest option name, product id, profile); empty when none.
+    Close option names are sought for the first 8 unknown names of a request (in name order)
+    only; a later one's message says so.
+    """
     def __init__(
         self,
         *,
@@ -374,7 +385,13 @@ class ResolveResponse(_message.Message):
     policy_version: _builtins.str
     """Content hash of the policy in force; empty when none."""
     fingerprint: _builtins.str
-    """Stable hash of product + options: equal configs, equal fingerprints."""
+    """Stable hash of product + options: equal configs, equal fingerprints. 16 hex digits, the
+    first 64 bits of the SHA-256 of the canonical JSON {"options": ..., "product": ...} (keys
+    sorted, no spaces, UTF-8, a number that equals an integer written as that integer). It
+    covers the effective values only: not their sources or rules, the diagnostics, the paths
+    (`workdir`) or the policy version, so the same values reached another way hash alike. It
+    depends on nothing else: the same in every process, server and restart.
+    """
     @_builtins.property
     def options(self) -> _struct_pb2.Struct:
         """Every option that takes effect on this product and mode with a value. Dropped options and
@@ -1215,7 +1232,8 @@ class GetPolicyResponse(_message.Message):
     """Content hash of the policy in force; empty when none."""
     canonical_text: _builtins.str
     """The policy's content as canonical JSON (keys sorted, two-space indent), whatever the
-    file's TOML layout; without whitespace when the indented text would pass the message
+    file's TOML layout: profile name to table name to option to value, a table named
+    `<product>.defaults` or `<product>.locked`, `*` for all products; without whitespace when the indented text would pass the message
     size (long lists can make it six times the file); empty when none.
     """
     source: _builtins.str

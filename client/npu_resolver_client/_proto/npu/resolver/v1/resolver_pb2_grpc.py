@@ -28,6 +28,12 @@ if _version_not_supported:
 
 class ResolverStub:
     """Resolves NPURunConfig options before a job launches.
+
+    Every method is safe to send again: each is a read (ReloadPolicy reads the file again).
+    Retry UNAVAILABLE and CANCELLED with backoff: a server that is draining or busy answers
+    UNAVAILABLE, and a call still queued in gRPC when a server begins to stop is cancelled by gRPC
+    (CANCELLED, with no details). deploy/service-config.json is a gRPC service config with that
+    retry policy (the Python client's), round_robin and the health check, for any language.
     """
 
     def __init__(self, channel):

@@ -42,7 +42,14 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ResolverStub:
-    """Resolves NPURunConfig options before a job launches."""
+    """Resolves NPURunConfig options before a job launches.
+
+    Every method is safe to send again: each is a read (ReloadPolicy reads the file again).
+    Retry UNAVAILABLE and CANCELLED with backoff: a server that is draining or busy answers
+    UNAVAILABLE, and a call still queued in gRPC when a server begins to stop is cancelled by gRPC
+    (CANCELLED, with no details). deploy/service-config.json is a gRPC service config with that
+    retry policy (the Python client's), round_robin and the health check, for any language.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -55,8 +62,11 @@ class ResolverStub:
     google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry, in this
     order, a google.rpc.BadRequest with one field violation per error (`field` is
     `config.<option>`, `config` for the config as a whole, `env.<NAME>`, `attachments`,
-    `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
-    `description` its message), then the full ResolveResponse. The details fit an 8 KiB
+    `attachments.<NAME>`, `workdir`, `product` or `profile`; `reason` is the diagnostic code;
+    `description` its message; an error inside an attached file is its option's,
+    `config.<option>`, as is an error on an option the config leaves unset but for the field
+    that gave its value: `env.<NAME>`, or `profile` under a policy), then the full
+    ResolveResponse. The details fit an 8 KiB
     trailer as sent (counted in base64): a report too large for that keeps the violations that
     fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
     REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
@@ -67,7 +77,7 @@ class ResolverStub:
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
     not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
-    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS,
+    limits); for a batch also TOO_MANY_REQUESTS (`field` `requests`), for a diff TOO_FEW_PRODUCTS,
     TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
@@ -89,7 +99,8 @@ class ResolverStub:
     """Lists the products the catalog knows, with their aliases."""
     DescribeCatalog: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.DescribeCatalogRequest, _resolver_pb2.DescribeCatalogResponse]
     """Describes every option: type, allowed values, ranges, defaults and gates per product, and
-    the rule ids behind them; what a UI or a launcher needs to build its own forms.
+    the rule ids behind them; what a UI or a launcher needs to build its own forms. An unknown
+    product fails INVALID_ARGUMENT with a BadRequest (`field` `product`, reason UNKNOWN_PRODUCT).
     """
     GetPolicy: _grpc.UnaryUnaryMultiCallable[_resolver_pb2.GetPolicyRequest, _resolver_pb2.GetPolicyResponse]
     """The platform policy in force, and the outcome of the last reload."""
@@ -102,7 +113,14 @@ class ResolverStub:
 
 @_typing.type_check_only
 class ResolverAsyncStub(ResolverStub):
-    """Resolves NPURunConfig options before a job launches."""
+    """Resolves NPURunConfig options before a job launches.
+
+    Every method is safe to send again: each is a read (ReloadPolicy reads the file again).
+    Retry UNAVAILABLE and CANCELLED with backoff: a server that is draining or busy answers
+    UNAVAILABLE, and a call still queued in gRPC when a server begins to stop is cancelled by gRPC
+    (CANCELLED, with no details). deploy/service-config.json is a gRPC service config with that
+    retry policy (the Python client's), round_robin and the health check, for any language.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Resolve: _aio.UnaryUnaryMultiCallable[_resolver_pb2.ResolveRequest, _resolver_pb2.ResolveResponse]  # type: ignore[assignment]
@@ -112,8 +130,11 @@ class ResolverAsyncStub(ResolverStub):
     google.rpc.Status details (trailing metadata `grpc-status-details-bin`) carry, in this
     order, a google.rpc.BadRequest with one field violation per error (`field` is
     `config.<option>`, `config` for the config as a whole, `env.<NAME>`, `attachments`,
-    `attachments.<NAME>`, `product` or `profile`; `reason` is the diagnostic code;
-    `description` its message), then the full ResolveResponse. The details fit an 8 KiB
+    `attachments.<NAME>`, `workdir`, `product` or `profile`; `reason` is the diagnostic code;
+    `description` its message; an error inside an attached file is its option's,
+    `config.<option>`, as is an error on an option the config leaves unset but for the field
+    that gave its value: `env.<NAME>`, or `profile` under a policy), then the full
+    ResolveResponse. The details fit an 8 KiB
     trailer as sent (counted in base64): a report too large for that keeps the violations that
     fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
     REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
@@ -124,7 +145,7 @@ class ResolverAsyncStub(ResolverStub):
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
     not UTF-8; `field` empty), TOO_MANY_ENTRIES (`env` or `attachments` past the server's
-    limits); for a batch also TOO_MANY_REQUESTS, for a diff TOO_FEW_PRODUCTS,
+    limits); for a batch also TOO_MANY_REQUESTS (`field` `requests`), for a diff TOO_FEW_PRODUCTS,
     TOO_MANY_PRODUCTS and PRODUCT_NAME_TOO_LONG. (A config too deep or too large to read is a report like any other:
     an INVALID_VALUE on `config`.) A reply over the
     server's message size (long values on a server whose limit was lowered) is
@@ -146,7 +167,8 @@ class ResolverAsyncStub(ResolverStub):
     """Lists the products the catalog knows, with their aliases."""
     DescribeCatalog: _aio.UnaryUnaryMultiCallable[_resolver_pb2.DescribeCatalogRequest, _resolver_pb2.DescribeCatalogResponse]  # type: ignore[assignment]
     """Describes every option: type, allowed values, ranges, defaults and gates per product, and
-    the rule ids behind them; what a UI or a launcher needs to build its own forms.
+    the rule ids behind them; what a UI or a launcher needs to build its own forms. An unknown
+    product fails INVALID_ARGUMENT with a BadRequest (`field` `product`, reason UNKNOWN_PRODUCT).
     """
     GetPolicy: _aio.UnaryUnaryMultiCallable[_resolver_pb2.GetPolicyRequest, _resolver_pb2.GetPolicyResponse]  # type: ignore[assignment]
     """The platform policy in force, and the outcome of the last reload."""
