@@ -361,6 +361,43 @@ def test_the_inference_series_name_points_at_its_one_documented_card_without_bei
     assert not answer.options
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("atlas-a2-training", "atlas-a2"),  # 'Atlas A2 training series', not the training series
+        ("Atlas A3 trainig", "atlas-a3"),
+        ("atlas-910b", "atlas-a2"),  # the A2's SoC, Ascend910B*, not the Atlas 350
+        ("Ascend 310P", "atlas-300i-duo"),  # the 300I Duo's SoC, Ascend310P3
+        ("atlas-300", "atlas-300i-duo"),
+        ("atlas-35", "atlas-350"),
+        ("atals-a2", "atlas-a2"),  # a misspelt brand: the closest spelling as a whole
+        ("atlas-trainng", "atlas-training"),
+    ],
+)
+def test_an_unknown_product_is_pointed_at_the_product_its_model_names(
+    name: str, meant: str
+) -> None:
+    """The suggestion a job takes for its product: the one whose model (the name without
+    Atlas or Ascend) the name begins with, before the closest spelling of the whole name, which
+    pointed A2 jobs at the legacy training series (another hccl_timeout and other defaults)."""
+    (error,) = resolve(ResolveRequest(name)).errors
+    assert (error.code, error.suggestion) == (Code.UNKNOWN_PRODUCT, meant)
+
+
+def test_a_model_shared_by_two_products_suggests_no_product_by_its_model_alone() -> None:
+    """'ascend910' begins both the A2's SoCs (910B) and the training series' (910A): the model
+    does not tell, so the closest spelling decides, as for any other name."""
+    (error,) = resolve(ResolveRequest("ascend910")).errors
+    assert error.suggestion == _closest_spelling("ascend910")
+
+
+def _closest_spelling(name: str) -> str:
+    from npu_resolver._model import closest
+    from npu_resolver._products import _ALIASES, alias_key
+
+    return _ALIASES[closest(alias_key(name), _ALIASES)]
+
+
 def test_every_public_name_is_listed_and_importable() -> None:
     """Less-used parts load lazily; they still show in dir() (completion, help()) and in
     __all__, and each resolves."""

@@ -239,15 +239,55 @@ def unknown_product(text: str) -> Diagnostic:
             f"{series.source_name} ({series.id}): name that card if it is yours."
         )
         return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, series.id)
-    close = closest(alias_key(text), _ALIASES) if len(text) <= MAX_SUGGESTED_TEXT else ""
-    return Diagnostic(
-        Severity.ERROR,
-        Code.UNKNOWN_PRODUCT,
-        "product",
-        "",
-        message,
-        _ALIASES[close] if close else "",
-    )
+    suggestion = ""
+    if len(text) <= MAX_SUGGESTED_TEXT:
+        key = alias_key(text)
+        suggestion = _by_model(key)
+        if not suggestion:
+            close = closest(key, _ALIASES)
+            suggestion = _ALIASES[close] if close else ""
+    return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, suggestion)
+
+
+_BRANDS: Final = ("atlas", "ascend", "huawei")
+MIN_MODEL_PREFIX: Final = 2
+
+
+def _model_part(key: str) -> str:
+    """A name's key without the brand word it starts with: what tells the products apart."""
+    for brand in _BRANDS:
+        if key.startswith(brand):
+            return key[len(brand) :]
+    return key
+
+
+_MODEL_PARTS: Final = tuple((_model_part(key), pid) for key, pid in _ALIASES.items())
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """How many characters `a` and `b` begin with alike."""
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+def _by_model(key: str) -> str:
+    """The product whose model part starts the way the name's does, by at least two characters
+    and further than any other product's: 'Atlas A2 training' is an A2 ('a2trainingseries'),
+    not the training series that spelling is closest to as a whole, and 'atlas-910b' the A2
+    of SoC Ascend910B3 rather than the Atlas 350 (difflib's answers). "" when no product's
+    model part stands out, and the whole name's closest spelling is suggested instead."""
+    model = _model_part(key)
+    reach: dict[str, int] = {}
+    for part, pid in _MODEL_PARTS:
+        shared = _shared_prefix(model, part)
+        if shared > reach.get(pid, 0):
+            reach[pid] = shared
+    ranked = sorted(reach.values(), reverse=True)
+    if not ranked or ranked[0] < MIN_MODEL_PREFIX or (len(ranked) > 1 and ranked[1] == ranked[0]):
+        return ""
+    return next(pid for pid, shared in reach.items() if shared == ranked[0])
 
 
 _SEEN: dict[str, str | None] = {}
