@@ -113,12 +113,24 @@ def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool
             f"env.{slot.env_var}",
             gate.rule,
             f"environment variable {slot.env_var}={show(slot.value)} sets {name} to a value "
-            f"that {why}; unset it or choose another value.",
+            f"that {why}; unset it or choose another value{_accepted(view)}.",
         )
         return
     state.refuse(
         name,
         Code.UNSUPPORTED_VALUE,
         gate.rule,
-        f"{name} {show(slot.value)} {why}; choose another value.",
+        f"{name} {show(slot.value)} {why}; choose another value{_accepted(view)}.",
     )
+
+
+MAX_NAMED_VALUES: Final = 12
+
+
+def _accepted(view: OptionView) -> str:
+    """The values the option takes here (this product and mode), for a message that refuses
+    one: ': one of '2', '4'', or "" for an option without a list of values."""
+    accepted = [show(c) for c in view.option.choices if view.blocked(c) is None]
+    if not accepted or len(accepted) > MAX_NAMED_VALUES:
+        return ""
+    return f": {accepted[0]}" if len(accepted) == 1 else f": one of {', '.join(accepted)}"
