@@ -993,6 +993,37 @@ def test_an_env_variable_the_resolver_never_reads_gets_a_note_naming_the_close_o
     assert proc.stderr.rstrip().endswith("did you mean HOME?")  # names are case-sensitive
 
 
+def test_a_set_value_that_replaces_the_config_files_gets_a_note(tmp_path: Path) -> None:
+    """--set wins over the file (the answer shows only the --set value, as the caller's): the
+    note says which value it replaced; one --set equal to the file's says nothing."""
+    job = tmp_path / "job.json"
+    job.write_text('{"hccl_timeout": 600, "enable_exception_dump": 1}', encoding="utf-8")
+    proc = run(
+        "resolve", "--product", "atlas-a2", "--config", str(job), "--set", "hccl_timeout=700",
+        "--set", "enable_exception_dump=1", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert (
+        proc.stderr == "npu-resolve: note: --set hccl_timeout replaces the config's 600 with 700\n"
+    )
+    assert json.loads(proc.stdout)["options"]["hccl_timeout"] == 700
+
+
+def test_a_refused_policy_file_lists_its_problems_a_line_each(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        "[profiles.default.locked]\nhccl_timeout = -1\nprecison_mode = 'force_fp16'\n",
+        encoding="utf-8",
+    )
+    proc = run("resolve", "--product", "atlas-a2", "--policy", str(policy))
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"npu-resolve: policy {policy} refused:"
+    assert len(lines) == 3 and all(line.startswith("  - ") for line in lines[1:]), lines
+    assert any("hccl_timeout" in line for line in lines[1:])
+    assert any("precison_mode" in line for line in lines[1:])
+
+
 def test_terminal_columns_count_wide_characters_twice_and_joining_marks_not_at_all() -> None:
     assert columns("/w") == 2 and columns("/数据") == 5
     assert columns("e\u0301") == 1  # e and a combining acute accent

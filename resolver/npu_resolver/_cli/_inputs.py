@@ -25,7 +25,7 @@ from .._model import (
 )
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
-from .._values import BOOL_TEXTS, too_deep_value
+from .._values import BOOL_TEXTS, show, too_deep_value
 
 if TYPE_CHECKING:
     from .._policy import Policy
@@ -300,6 +300,19 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
             )
 
 
+def _note_replaced(from_file: Mapping[str, JSON], config: Mapping[str, JSON]) -> None:
+    """--set wins over the config file's value for the same option, as documented; said on
+    stderr when the two differ, since the answer shows only the --set value, as the caller's."""
+    for name, before in from_file.items():
+        after = config[name]
+        if type(after) is not type(before) or after != before:
+            print(
+                f"npu-resolve: note: --set {name} replaces the config's {show(before)} with "
+                f"{show(after)}",
+                file=sys.stderr,
+            )
+
+
 def _stdin_once(args: argparse.Namespace) -> None:
     """Standard input feeds one input: `--config -` with `--attach OPTION=-` would give the
     attachment nothing (the config read it all), reported as an empty file."""
@@ -321,8 +334,10 @@ def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
     _stdin_once(args)
     _refuse_non_text(args)
     config = read_config(args.config)
+    from_file = dict(config)
     for name, value in pairs(args.set, "--set"):
         config[name] = _typed(name, value)
+    _note_replaced(from_file, config)
     env: dict[str, str] = {}
     if args.inherit_env:
         env.update({k: utf8_text(os.environ[k]) for k in NAMED_ENV_VARS if k in os.environ})
@@ -356,8 +371,9 @@ def read_policy(path: str | None) -> Policy | None:
 
     try:
         return load_policy(path)
-    except PolicyError as exc:
-        raise UsageError(f"policy refused: {exc}") from exc
+    except PolicyError as exc:  # a problem a line, as `policy check` lists them
+        listed = "".join(f"\n  - {problem}" for problem in exc.problems)
+        raise UsageError(f"policy {_as_given(exc.source)} refused:{listed}") from exc
 
 
 CREDENTIAL_FLAGS: Final = {
