@@ -164,7 +164,10 @@ def test_r_hct_3_all_products_value_out_of_range_somewhere_is_refused() -> None:
 
 def test_r_ibc_1_refuses_option_the_product_lacks() -> None:
     message = refused("[profiles.default.products.atlas-training.locked]\ninput_batch_cpy = true\n")
-    assert "input_batch_cpy: the option does not exist on atlas-training" in message
+    assert (
+        "input_batch_cpy: the option does not exist on atlas-training (only atlas-350, atlas-a3, "
+        "atlas-a2: R-IBC-1); remove it from this table"
+    ) in message
 
 
 def test_r_pm2_2_refuses_value_the_product_lacks() -> None:

@@ -274,8 +274,12 @@ def _check_value(
                 option = catalog.by_name[key]
                 if option.unsupported_version:
                     why = f"is not supported in this version ({option.rule})"
-                else:
-                    why = f"does not exist on {pid}"
+                else:  # the products it has, by the rule that lists them, as a job hears
+                    only = listed(option.products or ())
+                    why = (
+                        f"does not exist on {pid} (only {only}: {option.products_rule}); "
+                        "remove it from this table"
+                    )
                 return [f"[{table}] {key}: the option {why}"]
             continue
         refusal = _refusal(catalog, pid, key, value)
