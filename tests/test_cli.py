@@ -207,6 +207,45 @@ def test_server_unreachable_exits_3() -> None:
     assert "127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_timeout_bounds_the_wait_for_a_slow_server_and_is_said_with_the_unreachable_exit(
+    grpc_target: str,
+) -> None:
+    """A launcher's own deadline, not the client's 10 s: a server slower than it is exit 3
+    naming the time, for every command that takes --server."""
+    from tests._server import SlowLink
+
+    link = SlowLink(grpc_target, 3.0)  # every chunk held 3 s: no answer within 0.5 s
+    try:
+        slow = f"127.0.0.1:{link.port}"
+        for command in (["resolve", "--product", "atlas-a2"], ["policy", "show"]):
+            proc = run(*command, "--server", slow, "--timeout", "0.5")
+            assert proc.returncode == 3, proc.stderr
+            assert proc.stderr.startswith("npu-resolve: server unreachable: DEADLINE_EXCEEDED: ")
+            assert f"no answer from {slow} within 0.5 s" in proc.stderr and proc.stdout == ""
+    finally:
+        link.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "-inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(value: str) -> None:
+    """Said before any call, not a call that fails at once as if the server were down."""
+    proc = run("resolve", "--product", "atlas-a2", "--server", "127.0.0.1:9", f"--timeout={value}")
+    assert proc.returncode == 2, proc.stderr
+    said = (
+        "argument --timeout: expects a positive number of seconds (inf for no deadline), "
+        f"got {value!r}"
+    )
+    assert said in proc.stderr and proc.stdout == ""
+
+
+def test_a_timeout_without_a_server_is_a_usage_error() -> None:
+    """As --max-message-bytes is: in process there is no call to wait for."""
+    for command in (["resolve", "--product", "atlas-a2"], ["products"], ["policy", "show"]):
+        proc = run(*command, "--timeout", "5")
+        assert proc.returncode == 2, proc.stderr
+        assert "--timeout goes with --server" in proc.stderr and proc.stdout == ""
+
+
 def test_table_format_shows_value_source_and_diagnostics() -> None:
     proc = run("resolve", "--product", "atlas-training", "--set", "hccl_timeout=600")
     assert proc.returncode == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -126,8 +127,10 @@ def _transport(args: argparse.Namespace) -> Transport:
             raise UsageError("--policy is for in-process resolution; the server has its own")
         limit = getattr(args, "max_message_bytes", None)
         sizes = {} if limit is None else {"max_message_bytes": limit}
+        timeout = getattr(args, "timeout", None)
+        deadline = {} if timeout is None else {"timeout": timeout}
         try:
-            return Remote(server_target(server), **credentials(args), **sizes)
+            return Remote(server_target(server), **credentials(args), **sizes, **deadline)
         except ValueError as exc:  # the client's own check of the size, in the flag's words
             said = str(exc).removeprefix("max_message_bytes ")
             raise UsageError(f"--max-message-bytes: {said}") from exc
@@ -135,6 +138,8 @@ def _transport(args: argparse.Namespace) -> Transport:
         raise UsageError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
     if getattr(args, "max_message_bytes", None) is not None:  # in process: no message at all
         raise UsageError("--max-message-bytes goes with --server")
+    if getattr(args, "timeout", None) is not None:  # in process: no call to wait for
+        raise UsageError("--timeout goes with --server")
     return InProcess(read_policy(getattr(args, "policy", None)))
 
 
@@ -398,6 +403,28 @@ def _server_arguments(parser: argparse.ArgumentParser, help_text: str, reply: st
         help="with --server: the largest request and reply this command takes (default 4 MiB, "
         f"as the server's; -1 for no limit{reply})",
     )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        help="with --server: how long to wait for the answer, retries included (default 10; "
+        "inf for no deadline)",
+    )
+
+
+def _seconds(text: str) -> float:
+    """--timeout's value: a positive number of seconds, or inf for none, as the client takes
+    it. Said here as a usage error, not as the client's ValueError or a call failing at once
+    as if the server were down."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expects a positive number of seconds (inf for no deadline), got {_as_given(text)!r}"
+        )
+    return seconds
 
 
 class _Version(argparse.Action):

@@ -76,8 +76,8 @@ class Remote:
     """A running server, through the project's own client library."""
 
     def __init__(self, target: str, **credentials: Any) -> None:
-        """`credentials`: the client's root_certificates, private_key, certificate_chain, token
-        and max_message_bytes arguments; the deadline is the client's default."""
+        """`credentials`: the client's root_certificates, private_key, certificate_chain, token,
+        max_message_bytes and timeout arguments (without timeout, the client's default)."""
         # gRPC's own log lines (each failed TLS handshake, at INFO) would come before the
         # CLI's one line saying what failed; the caller's own GRPC_VERBOSITY still wins.
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
