@@ -5,6 +5,8 @@ changes the answer to anyone else's request."""
 
 from __future__ import annotations
 
+import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -535,6 +537,37 @@ def test_from_json_refuses_an_unknown_field_naming_it() -> None:
     """A misspelt field ("confg") would otherwise send the job's config nowhere, silently."""
     with pytest.raises(ValueError, match=r"unknown request field\(s\): confg"):
         ResolveRequest.from_json({"product": "atlas-a2", "confg": {"hccl_timeout": 600}})
+
+
+def test_from_json_takes_a_requests_json_text_as_its_dict() -> None:
+    """A request file or an HTTP body is JSON text: taken as the dict it holds (str, or UTF-8
+    bytes), not refused as "not a JSON object"."""
+    data = {"product": "atlas-a2", "config": {"hccl_timeout": 600}, "env": {"X": "é"}}
+    text = json.dumps(data, ensure_ascii=False)
+    expected = ResolveRequest.from_json(data)
+    assert ResolveRequest.from_json(text) == expected
+    assert ResolveRequest.from_json(text.encode("utf-8")) == expected
+    nan = ResolveRequest.from_json('{"product": "atlas-a2", "config": {"hccl_timeout": NaN}}')
+    assert [d.code for d in resolve(nan).errors] == [Code.INVALID_VALUE]  # the resolver's say
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"product": "atlas-a2", "product": "atlas-a3"}', "key 'product' appears twice"),
+        ('{"product": "atlas-a2", "config": {"a": 1, "a": 2}}', "key 'a' appears twice"),
+        ('{"product": "atlas-a2"', "JSON text cannot be read: Expecting"),
+        (b"\xff{}", "JSON text is not UTF-8"),
+        ('["atlas-a2"]', "must be a JSON object (a dict of its fields, or its JSON text), not a"),
+    ],
+)
+def test_from_json_reads_text_as_strictly_as_the_resolver_reads_json(
+    text: str | bytes, said: str
+) -> None:
+    """A key written twice is refused (which value was meant cannot be told), as in a config
+    file; text that is not JSON, or not an object, says so."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ResolveRequest.from_json(text)
 
 
 @pytest.mark.parametrize("field", ["strict", "validate_only"])

@@ -549,10 +549,19 @@ class ResolveRequest:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, JSON]) -> ResolveRequest:
-        """Build a request from JSON, refusing shapes that are not the contract's."""
+    def from_json(cls, data: Mapping[str, JSON] | str | bytes) -> ResolveRequest:
+        """Build a request from JSON: a dict of its fields, or the JSON text of one (str, or
+        bytes in UTF-8) as a request file or an HTTP body holds it. Text is read as the resolver
+        reads every JSON text (loads_json): a key written twice is refused, since which of the
+        two was meant cannot be told, and NaN is read for the resolver to refuse on its option.
+        A text that is not JSON, or a shape that is not the contract's, is a ValueError."""
+        if isinstance(data, str | bytes | bytearray):
+            data = _request_text(data)
         if not isinstance(data, Mapping):
-            raise ValueError("a request must be a JSON object")
+            raise ValueError(
+                "a request must be a JSON object (a dict of its fields, or its JSON text), "
+                f"not {_json_kind(data)}"
+            )
         unknown = set(data) - _REQUEST_KEYS
         if unknown:
             raise ValueError(f"unknown request field(s): {', '.join(sorted(unknown))}")
@@ -586,6 +595,29 @@ class ResolveRequest:
             validate_only=data.get("validate_only", False),
             attachments=dict(attachments),
         )
+
+
+def _request_text(text: str | bytes | bytearray) -> JSON:
+    """A request's JSON text as Python, every problem a ValueError that says it is the text's."""
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"a request's JSON text is not UTF-8: {exc}") from None
+    try:
+        return loads_json(text)
+    except RecursionError:
+        raise ValueError("a request's JSON text is nested too deeply to read") from None
+    except ValueError as exc:
+        raise ValueError(f"a request's JSON text cannot be read: {exc}") from None
+
+
+def _json_kind(value: object) -> str:
+    """A value as JSON names it (a list, a string), or its Python type when JSON has none."""
+    kinds = {list: "a list", str: "a string", bool: "a bool", int: "a number", float: "a number"}
+    if value is None:
+        return "null"
+    return kinds.get(type(value), type(value).__name__)
 
 
 _REQUEST_KEYS: Final = frozenset(

@@ -362,7 +362,7 @@ def check_arguments(request: object, policy: object, caller: str = "resolve") ->
         raise TypeError(
             f"{caller}'s request must be an npu_resolver.ResolveRequest, not "
             f"{type(request).__name__}; build one with ResolveRequest(product=..., config=...) "
-            "(or ResolveRequest.from_json(data) for a dict of its fields)"
+            "(or ResolveRequest.from_json(data) for a dict of its fields or their JSON text)"
         )
     if policy is not None and not (
         callable(getattr(policy, "layer", None))
