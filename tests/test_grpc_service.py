@@ -844,6 +844,38 @@ def test_a_catalog_described_for_one_product_is_not_the_answer_for_every_product
     assert again == one
 
 
+def test_a_resolve_errors_text_carries_the_suggestion_the_cli_shows(
+    client: ResolverClient,
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """An unknown product's close name was in the report and the CLI's line, but not in the
+    error's text: it follows the message there too, as the CLI writes it, from the blocking
+    and asyncio clients and a batch item alike; `details` stays the server's words, and a
+    message that says its close name already is not told it twice."""
+    unknown = ResolveRequest("atlas-a3x")
+    message = npu_resolver.resolve(unknown).errors[0].message
+    said = f"INVALID_ARGUMENT: product: UNKNOWN_PRODUCT: {message} (suggestion: atlas-a3)"
+
+    async def in_async() -> ResolveError:
+        async with AsyncResolverClient(grpc_target) as async_client:
+            with pytest.raises(ResolveError) as info:
+                await async_client.resolve_request(unknown)
+            return info.value
+
+    with pytest.raises(ResolveError) as blocking:
+        client.resolve_request(unknown)
+    [failure] = client.resolve_batch([unknown])
+    assert isinstance(failure, ResolveFailure)
+    for error in (blocking.value, asyncio.run(in_async()), failure.error()):
+        assert isinstance(error, ResolveError)
+        assert str(error) == said
+        assert error.details == f"product: UNKNOWN_PRODUCT: {message}"
+        assert pickle.loads(pickle.dumps(error)).args == error.args
+    with pytest.raises(ResolveError) as typo:
+        client.resolve("atlas-a2", {"hccl_timout": 600})
+    assert str(typo.value).endswith("did you mean 'hccl_timeout'?")  # said once, not twice
+
+
 def test_get_policy_without_policy(client: ResolverClient) -> None:
     info = client.get_policy()
     assert info.policy_version == "" and info.source == "" and info.last_reload_error == ""

@@ -94,6 +94,9 @@ class ResolveError(ResolverClientError):
         super().__init__(grpc.StatusCode.INVALID_ARGUMENT, details)
         self.resolution = resolution
         self.violations = violations
+        said = _with_suggestion(details, resolution)
+        if said != details:  # `details` stays the server's own words
+            self.args = (f"{self.code.name}: {said}",)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.details, self.resolution, self.violations), self._flags())
@@ -107,6 +110,23 @@ class ResolveError(ResolverClientError):
         if self.resolution is None:
             return ()
         return tuple(d for d in self.resolution.diagnostics if d.severity is Severity.ERROR)
+
+
+def _with_suggestion(details: str, resolution: Resolution | None) -> str:
+    """`details` with its first error's suggestion after that error's message, as the CLI's
+    report line shows it ("(suggestion: atlas-a3)"): the status message carries the message
+    alone, and an UNKNOWN_PRODUCT's, unlike an UNKNOWN_OPTION's, does not say the close name.
+    Unchanged when there is none, or the message says it already ("did you mean ...")."""
+    errors = () if resolution is None else resolution.errors
+    if not errors or not errors[0].suggestion:
+        return details
+    first = errors[0]
+    if f"did you mean {first.suggestion!r}".lower() in details.lower():
+        return details
+    hint = f" (suggestion: {first.suggestion})"
+    if first.message and first.message in details:
+        return details.replace(first.message, first.message + hint, 1)
+    return details + hint
 
 
 class ResolverUnavailable(ResolverClientError):  # noqa: N818 - the documented name
