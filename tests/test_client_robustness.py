@@ -615,7 +615,7 @@ def test_a_report_left_out_of_the_details_is_asked_for_again(grpc_target: str) -
         assert [v.field for v in error.violations] == ["config.hccl_timeout", "env.AOE_MODE"]
         assert error.diagnostics == packed.diagnostics
         assert error.code is grpc.StatusCode.INVALID_ARGUMENT
-        assert error.details == "the report is too large"
+        assert str(error) == str(packed) and not error.report_cut  # the whole report's words
 
 
 async def test_the_async_client_asks_again_for_a_report_left_out(grpc_target: str) -> None:  # noqa: F811
@@ -627,6 +627,7 @@ async def test_the_async_client_asks_again_for_a_report_left_out(grpc_target: st
         assert [r.validate_only for r in server.requests] == [False, True]
         assert _json(info.value.resolution) == _json(packed.resolution)
         assert info.value.violations == packed.violations
+        assert str(info.value) == str(packed) and not info.value.report_cut
 
 
 def test_when_the_second_ask_fails_the_first_error_stands() -> None:
@@ -634,8 +635,8 @@ def test_when_the_second_ask_fails_the_first_error_stands() -> None:
         with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
             client.resolve_request(TWO_ERRORS)
         assert len(server.requests) == 2
-        assert info.value.resolution is None
-        assert info.value.details == "the report is too large"
+        assert info.value.resolution is None and info.value.report_cut
+        assert info.value.details == "the report is too large"  # its advice stands
         assert [v.reason for v in info.value.violations] == ["OUT_OF_RANGE"]
 
 
@@ -692,6 +693,51 @@ def test_a_report_too_large_for_any_trailer_reaches_the_caller_whole() -> None:
         error = asyncio.run(call())
         assert _json(error.resolution) == expected.to_json()
         assert len(error.violations) == 200
+
+
+CUT_FOR_ROOM = ResolveRequest(
+    product="atlas-training",
+    config={**{f"no_such_option_{i}": i for i in range(30)}, "hccl_timeout": 17341},
+)
+"""31 errors: too many for the trailer, which lists some and advises validate_only."""
+
+
+def _uncut(server: ThreadServer) -> ResolveError:
+    """The error of CUT_FOR_ROOM as a batch item gives it: the whole report, never cut."""
+    with ResolverClient(server.target) as client:
+        (failure,) = client.resolve_batch([CUT_FOR_ROOM])
+    assert isinstance(failure, client_module.ResolveFailure)
+    error = failure.error()
+    assert isinstance(error, ResolveError) and len(error.violations) == 31
+    return error
+
+
+def test_an_error_whose_report_was_asked_for_again_reads_as_if_it_had_fit() -> None:
+    """Its text must not advise sending the request with validate_only: the client did."""
+    with ThreadServer() as server:
+        uncut = _uncut(server)
+        with ResolverClient(server.target) as client, pytest.raises(ResolveError) as info:
+            client.resolve_request(CUT_FOR_ROOM)
+    error = info.value
+    assert str(error) == str(uncut) and "validate_only" not in str(error)
+    assert str(error).endswith("(and 30 more errors)")
+    assert error.violations == uncut.violations and not error.report_cut
+    assert _json(error.resolution) == _json(uncut.resolution)
+
+
+def test_the_async_client_s_error_with_a_report_asked_again_reads_as_if_it_had_fit() -> None:
+    async def call(target: str) -> ResolveError:
+        async with AsyncResolverClient(target) as client:
+            with pytest.raises(ResolveError) as info:
+                await client.resolve_request(CUT_FOR_ROOM)
+            return info.value
+
+    with ThreadServer() as server:
+        uncut = _uncut(server)
+        error = asyncio.run(call(server.target))
+    assert str(error) == str(uncut) and "validate_only" not in str(error)
+    assert error.violations == uncut.violations and not error.report_cut
+    assert _json(error.resolution) == _json(uncut.resolution)
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), -float("inf")])

@@ -55,6 +55,7 @@ from ._convert import (
     check_text,
     config_to_json,
     diff_from_proto,
+    error_message,
     product_from_proto,
     request_to_proto,
     resolution_from_proto,
@@ -559,15 +560,22 @@ def _resolve_error(
     """The same error, its report holding the caller's own values (see restore_callers_values).
     `report` is the report asked for again when the status details had no room for it; one
     that holds no error (the policy changed in between) does not explain the failure, nor
-    does one this client cannot read (a newer server's values: the violations stand)."""
-    resolution, violations = error.resolution, error.violations
+    does one this client cannot read (a newer server's values: the violations stand). An error
+    given its report reads as if it had fit: the server's message as it writes it for a whole
+    report, not the cut one's advice to ask again, which this client has followed."""
+    resolution, violations, details = error.resolution, error.violations, error.details
+    report_cut = error.report_cut
     fetched = None
     if resolution is None and report is not None:
         with contextlib.suppress(ResolverClientError):
             fetched = resolution_from_proto(report)
     if fetched is not None:
         if fetched.errors:
-            resolution = fetched
+            resolution, report_cut = fetched, False
+            first = violation_field(
+                fetched.errors[0], request, policy_version=fetched.policy_version
+            )
+            details = error_message(fetched.errors, first)
         if len(violations) < len(fetched.errors):  # a list the server shortened to fit
             violations = tuple(
                 FieldViolation(
@@ -577,8 +585,8 @@ def _resolve_error(
                 )
                 for d in fetched.errors
             )
-    restored = ResolveError(error.details, _restored(resolution, request), violations)
-    restored.report_cut = error.report_cut
+    restored = ResolveError(details, _restored(resolution, request), violations)
+    restored.report_cut = report_cut
     restored.__traceback__ = error.__traceback__
     return restored
 

@@ -41,6 +41,7 @@ from npu_resolver.text import (
     config_refusal,
     config_shape,
     cut_deep,
+    cut_text,
     detached,
     is_text,
     key_text,
@@ -226,6 +227,22 @@ def wire_config(config: Mapping[str, JSON]) -> dict[str, JSON]:
 violation_field: Final = request_field
 """The google.rpc.BadRequest field that names a diagnostic: the server writes it, and the
 client rebuilds it for a report it had to ask for again (npu_resolver.request_field)."""
+
+MAX_MESSAGE_CHARS: Final = 500
+"""The longest text a failed call's status message quotes: it travels in a trailer, with a
+budget."""
+
+
+def error_message(errors: Sequence[Diagnostic], first_field: str) -> str:
+    """The status message of a Resolve that failed with `errors`: the first one, on its
+    request field (`first_field`, see violation_field), and how many more. The server writes it;
+    the client writes it again for a report it had to ask for again, so that its error reads the
+    same as when the report fit."""
+    first = errors[0]
+    text = cut_text(f"{first_field}: {first.code.value}: {first.message}", MAX_MESSAGE_CHARS)
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return text
 
 
 class NotSendableError(ValueError):

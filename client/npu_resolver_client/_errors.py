@@ -83,7 +83,9 @@ class ResolveError(ResolverClientError):
     report_cut: bool = False
     """True when the server's status details left the report out for room (a google.rpc.
     ErrorInfo with reason REPORT_CUT): the one case where asking again with validate_only
-    fetches it. A request refused before anything was resolved has no report to fetch."""
+    fetches it. A request refused before anything was resolved has no report to fetch. False
+    again once the client's resolve has fetched it: the error is then the one a report that fit
+    gives."""
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ records and back, exactly as the client and the server do, so that an answer rea
 
 from ._client import resolver_stub
 from ._convert import (
+    MAX_MESSAGE_CHARS,
     SEVERITY_TO_PB,
     SOURCE_TO_PB,
     LimitError,
@@ -23,6 +24,7 @@ from ._convert import (
     config_from_wire,
     diff_from_proto,
     diff_to_proto,
+    error_message,
     product_from_proto,
     product_to_proto,
     request_from_proto,
@@ -37,6 +39,7 @@ from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
 
 __all__ = [
+    "MAX_MESSAGE_CHARS",
     "REPORT_CUT",
     "SEVERITY_TO_PB",
     "SOURCE_TO_PB",
@@ -48,6 +51,7 @@ __all__ = [
     "config_from_wire",
     "diff_from_proto",
     "diff_to_proto",
+    "error_message",
     "pb",
     "pb_grpc",
     "product_from_proto",

@@ -15,7 +15,13 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver import Resolution, ResolveRequest, Severity
 from npu_resolver.text import cut_text
-from npu_resolver_client.wire import REPORT_CUT, pb, violation_field
+from npu_resolver_client.wire import (
+    MAX_MESSAGE_CHARS,
+    REPORT_CUT,
+    error_message,
+    pb,
+    violation_field,
+)
 
 from ._cache import Answer
 from ._encode import encode_resolution, field
@@ -68,7 +74,6 @@ clients cap a trailer at 8 KiB by default, and then the caller gets no report at
 grpc-java counts them as sent on the wire, in base64, a third larger. So the details count
 here as their base64 text, with the message as percent-encoded: the status, message and pid
 entries' keys and overhead take under 200 bytes of the 8,192."""
-MAX_MESSAGE_CHARS: Final = 500
 SHORT_TEXT_CHARS: Final = 100
 """A report's texts cut further, when even one violation's texts cut to MAX_MESSAGE_CHARS do
 not fit (text of which each character is percent-encoded into many bytes)."""
@@ -98,10 +103,7 @@ def error_answer(
         )
         for named, d in zip(fields, errors, strict=True)
     ]
-    first = errors[0]
-    text = cut(f"{fields[0]}: {first.code.value}: {first.message}")
-    if len(errors) > 1:
-        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    text = error_message(errors, fields[0])
     bad_request = error_details_pb2.BadRequest(field_violations=violations)
     status = rpc_status(grpc.StatusCode.INVALID_ARGUMENT, text, [bad_request])
     status.details.add(type_url=RESPONSE_TYPE_URL, value=response)  # as Any.Pack would
