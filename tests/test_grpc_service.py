@@ -1536,6 +1536,59 @@ def test_metrics_count_calls() -> None:
         assert value("npu_resolver_policy_info", {"version": ""}) == 1
 
 
+def test_a_report_cut_from_the_trailer_and_asked_for_again_is_counted_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client fetches a report too large for the trailer with validate_only, marked as
+    asked again: its diagnostics count once (alerts on them would double exactly for jobs with
+    many errors); a validate_only call without the mark is a report of its own, counted."""
+    from prometheus_client import CollectorRegistry
+
+    from npu_resolver_server._metrics import Metrics
+
+    caplog.set_level(logging.INFO, logger="npu_resolver_server")
+    config: dict[str, Any] = {f"no_such_option_{i}": i for i in range(30)}
+    request = ResolveRequest("atlas-training", {**config, "hccl_timeout": 17341})
+    registry = CollectorRegistry()
+    value = registry.get_sample_value
+    unknown = {"code": "UNKNOWN_OPTION", "product": "atlas-training"}
+    out_of_range = {"code": "OUT_OF_RANGE", "product": "atlas-training"}
+    with ThreadServer(metrics=Metrics(registry)) as server, ResolverClient(server.target) as client:
+        with pytest.raises(ResolveError) as info:
+            client.resolve_request(request)
+        assert len(info.value.violations) == 31 and info.value.resolution is not None
+        assert value("npu_resolver_diagnostics_total", unknown) == 30
+        assert value("npu_resolver_diagnostics_total", out_of_range) == 1
+        # Both calls were made and served: each is a request.
+        assert value("npu_resolver_requests_total", {"method": "Resolve", "code": "OK"}) == 1
+        failed = {"method": "Resolve", "code": "INVALID_ARGUMENT"}
+        assert value("npu_resolver_requests_total", failed) == 1
+        report = client.resolve_request(dataclasses.replace(request, validate_only=True))
+        assert not report.ok
+        assert value("npu_resolver_diagnostics_total", unknown) == 60
+        assert value("npu_resolver_diagnostics_total", out_of_range) == 2
+
+        async def asked_again_async() -> None:
+            async with AsyncResolverClient(server.target) as async_client:
+                with pytest.raises(ResolveError):
+                    await async_client.resolve_request(request)
+
+        asyncio.run(asked_again_async())
+        assert value("npu_resolver_diagnostics_total", unknown) == 90
+    lines = [
+        r.fields  # type: ignore[attr-defined]
+        for r in caplog.records
+        if getattr(r, "fields", {}).get("event") == "rpc"
+    ]
+    assert [(f["code"], f.get("report_again", False)) for f in lines] == [
+        ("INVALID_ARGUMENT", False),
+        ("OK", True),
+        ("OK", False),
+        ("INVALID_ARGUMENT", False),
+        ("OK", True),
+    ]
+
+
 def test_with_one_worker_the_policy_info_series_of_a_version_no_longer_in_force_is_gone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -15,7 +15,9 @@ to, so `dns:///resolver-headless:50051` spreads calls over all replicas.
 A request with errors fails INVALID_ARGUMENT with its report packed in the status details. A
 report too large for the metadata a client accepts is left out of them; `resolve` then asks
 for it once more with `validate_only` (which answers it in the reply body) and raises the same
-ResolveError the packed report would have given.
+ResolveError the packed report would have given. That second call carries the request metadata
+`x-npu-resolver-report-again: 1`, so that the server's metrics count the report's diagnostics
+once.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 # status details may be larger.
 DEFAULT_MAX_METADATA_BYTES: Final = 4 * 1024 * 1024
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"
+REPORT_AGAIN_METADATA_KEY: Final = "x-npu-resolver-report-again"
+"""Request metadata (value "1") marking the second ask for a report cut from the trailer: the
+server counts that report's diagnostics once, with the first answer."""
 SERVICE: Final = "npu.resolver.v1.Resolver"
 
 MAX_ATTEMPTS: Final = 5
@@ -708,6 +713,7 @@ class _Settings:
         self.private_key = checked_pem("private_key", key, "PRIVATE KEY")
         checked_pair(self.certificate_chain, self.private_key)
         self.metadata = _bearer(token)
+        self.report_again_metadata = (*self.metadata, (REPORT_AGAIN_METADATA_KEY, "1"))
         self.options = channel_options(max_message_bytes, options)  # checks max_message_bytes
         send_limit = dict(self.options)["grpc.max_send_message_length"]  # or the caller's own
         self.send_limit = send_limit if type(send_limit) is int and send_limit >= 0 else None
@@ -815,7 +821,14 @@ class ResolverClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+    def _call(
+        self,
+        method: str,
+        request: message.Message,
+        timeout: float | None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any:
+        """One call; `metadata` in place of the client's own (which it includes)."""
         _check_open(self._closed)
         self._settings.check_size(request)
         rpc = getattr(self._stub, method)
@@ -823,7 +836,7 @@ class ResolverClient:
             response, call = rpc.with_call(
                 request,
                 timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata or None,
+                metadata=(self._settings.metadata if metadata is None else metadata) or None,
                 wait_for_ready=self._settings.wait_for_ready or None,
             )
         except grpc.RpcError as error:
@@ -894,7 +907,9 @@ class ResolverClient:
         if ask is None:
             return None
         try:
-            report: pb.ResolveResponse = self._call("Resolve", *ask)
+            report: pb.ResolveResponse = self._call(
+                "Resolve", *ask, self._settings.report_again_metadata
+            )
         except ResolverClientError:
             return None
         return report
@@ -1117,13 +1132,20 @@ class AsyncResolverClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, method: str, request: message.Message, timeout: float | None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        request: message.Message,
+        timeout: float | None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any:
+        """One call; `metadata` in place of the client's own (which it includes)."""
         rpc = getattr(self._open()[1], method)
         self._settings.check_size(request)
         call = rpc(
             request,
             timeout=self._settings.deadline(timeout),
-            metadata=self._settings.metadata or None,
+            metadata=(self._settings.metadata if metadata is None else metadata) or None,
             wait_for_ready=self._settings.wait_for_ready or None,
         )
         try:
@@ -1197,7 +1219,9 @@ class AsyncResolverClient:
         if ask is None:
             return None
         try:
-            report: pb.ResolveResponse = await self._call("Resolve", *ask)
+            report: pb.ResolveResponse = await self._call(
+                "Resolve", *ask, self._settings.report_again_metadata
+            )
         except ResolverClientError:
             return None
         return report

@@ -267,7 +267,10 @@ def log_call(
     product: str = "",
     ok: bool | None = None,
     codes: tuple[str, ...] | list[str] = (),
+    report_again: bool = False,
 ) -> None:
+    """One call's line. `report_again`: a client's second ask for a report its failed call's
+    trailer cut (said as `"report_again": true`; rare, so written through the formatter)."""
     logger = _CALLS
     if not logger.isEnabledFor(logging.INFO) or (_ONLY_FAILED[0] and code == "OK"):
         return
@@ -277,7 +280,7 @@ def log_call(
         # recurring text) stays a few hundred bytes however many diagnostics an answer holds.
         codes = tuple(dict.fromkeys(codes))
     latency_us = round(latency_s * 1_000_000)
-    handler = _Sink.direct()
+    handler = None if report_again else _Sink.direct()
     if handler is not None:
         line = _call_line((method, code, product, ok, codes), latency_us)
         _hold(handler, line + handler.terminator)
@@ -292,6 +295,8 @@ def log_call(
         "latency_ms": latency_us / 1000,
         "worker_pid": os.getpid(),
     }
+    if report_again:
+        fields["report_again"] = True
     # The caller is known: makeRecord skips the stack walk of logger.info.
     record = logger.makeRecord(
         CALL_LOGGER, logging.INFO, __file__, 0, "rpc", (), None, "log_call", {"fields": fields}

@@ -63,6 +63,7 @@ from .settings import (
     DEFAULT_MAX_STRUCT_DEPTH,
     DEFAULT_MAX_STRUCT_KEYS,
     PID_METADATA_KEY,
+    REPORT_AGAIN_METADATA_KEY,
 )
 
 SERVICE: Final = "npu.resolver.v1.Resolver"
@@ -173,6 +174,17 @@ class _Caller:
             )
 
 
+def _reported_again(context: grpc.aio.ServicerContext) -> bool:
+    """Whether the call is a client's second ask for a report cut from a failed Resolve's
+    trailer (REPORT_AGAIN_METADATA_KEY): the failed call counted its diagnostics already.
+    Anyone may send the mark, unchecked against any earlier call: all it can do is keep the
+    sender's own call's diagnostics out of the counters, which is acceptable."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REPORT_AGAIN_METADATA_KEY:
+            return bool(value == "1")
+    return False
+
+
 class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
     """A generic handler that serves any method with one handler (streaming, so that it answers
     without waiting for a message a streaming caller may never send)."""
@@ -245,6 +257,7 @@ class ResolverService:
     ) -> Handler:
         pid = self._pid
         sent_ok = ((PID_METADATA_KEY, pid),)
+        reports = method == "Resolve"  # the one method a client asks again for a cut report
 
         async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
             start = _logging.now()
@@ -284,8 +297,18 @@ class ResolverService:
                 )
             elapsed = _logging.now() - start
             code = _CODE_NAMES[answer.code]
+            # A report of errors answered OK is validate_only's, the one a client asks again for:
+            # only then is the metadata read, so an ordinary call pays nothing for it.
+            again = (
+                reports
+                and answer.ok is False
+                and answer.code is grpc.StatusCode.OK
+                and _reported_again(context)
+            )
             if self.metrics is not None:
-                counted = () if answer.codes_counted else answer.codes
+                # The call is counted (it is load, and its latency is observed); its report's
+                # diagnostics were counted with the failed call whose trailer cut it.
+                counted = () if answer.codes_counted or again else answer.codes
                 self.metrics.observe(method, code, elapsed, answer.product, counted)
             _logging.log_call(
                 method,
@@ -294,6 +317,7 @@ class ResolverService:
                 product=answer.product,
                 ok=answer.ok,
                 codes=answer.codes,
+                report_again=again,
             )
             if answer.code is grpc.StatusCode.OK:
                 context.set_trailing_metadata(sent_ok)

@@ -71,8 +71,10 @@ class ResolverStub:
     fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
     REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
     are and how many the BadRequest lists); the same request with `validate_only` returns all
-    of it. With `validate_only` the call returns the report
-    with status OK whatever it holds.
+    of it. A caller that asks again for that reason sends the request metadata key
+    `x-npu-resolver-report-again` with the value `1`, so that the server's metrics count the
+    report's diagnostics once (the failed call counted them). With `validate_only` the call
+    returns the report with status OK whatever it holds.
 
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
@@ -139,8 +141,10 @@ class ResolverAsyncStub(ResolverStub):
     fit and, in place of the ResolveResponse, carries a google.rpc.ErrorInfo (reason
     REPORT_CUT, domain npu.resolver.v1, metadata `errors` and `listed`: how many errors there
     are and how many the BadRequest lists); the same request with `validate_only` returns all
-    of it. With `validate_only` the call returns the report
-    with status OK whatever it holds.
+    of it. A caller that asks again for that reason sends the request metadata key
+    `x-npu-resolver-report-again` with the value `1`, so that the server's metrics count the
+    report's diagnostics once (the failed call counted them). With `validate_only` the call
+    returns the report with status OK whatever it holds.
 
     A request refused before anything is resolved fails INVALID_ARGUMENT with a BadRequest
     alone, its `reason` one of MALFORMED_REQUEST (bytes that are not the message, text that is
