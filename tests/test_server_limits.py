@@ -1121,26 +1121,33 @@ def test_the_published_service_config_is_the_python_clients() -> None:
     }
 
 
+@pytest.fixture
+def busy_server_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every large request finds the server busy (UNAVAILABLE); the list counts the Resolve
+    calls the server handled."""
+    from npu_resolver_server._large import LargeRequests
+    from npu_resolver_server._servicer import ResolverService
+
+    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
+    calls: list[int] = []
+    answer = ResolverService.resolve
+
+    def counted(self: ResolverService, raw: bytes, context: Any) -> Any:
+        calls.append(1)
+        return answer(self, raw, context)
+
+    monkeypatch.setattr(ResolverService, "resolve", counted)
+    return calls
+
+
 def test_a_channel_given_the_published_service_config_retries_a_busy_server(
-    monkeypatch: pytest.MonkeyPatch,
+    busy_server_calls: list[int],
 ) -> None:
     """A plain gRPC channel (no client of this package) with the published service config: the
     health check lets it call, and the retry policy sends a busy server's UNAVAILABLE again."""
     from npu_resolver_client._client import RETRY_POLICY
-    from npu_resolver_server._large import LargeRequests
-    from npu_resolver_server._servicer import ResolverService
     from tests._server import ThreadServer
 
-    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
-    calls = 0
-    answer = ResolverService.resolve
-
-    def counted(self: ResolverService, raw: bytes, context: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return answer(self, raw, context)
-
-    monkeypatch.setattr(ResolverService, "resolve", counted)
     options = [
         ("grpc.service_config", SERVICE_CONFIG_FILE.read_text(encoding="utf-8")),
         ("grpc.per_rpc_retry_buffer_size", 4 * 1024 * 1024),
@@ -1158,34 +1165,22 @@ def test_a_channel_given_the_published_service_config_retries_a_busy_server(
             response_deserializer=pb.ResolveResponse.FromString,
         )
         assert call(small, timeout=10).product == "atlas-a2"
-        calls = 0
+        busy_server_calls.clear()
         with pytest.raises(grpc.RpcError) as info:
             call(large, timeout=20)
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
-    assert calls == RETRY_POLICY["maxAttempts"]
+    assert len(busy_server_calls) == RETRY_POLICY["maxAttempts"]
 
 
 def test_a_busy_servers_unavailable_is_retried_by_the_client(
-    monkeypatch: pytest.MonkeyPatch,
+    busy_server_calls: list[int],
 ) -> None:
     """The status comes alone (no reply headers before it), so the client's gRPC retries it,
     as the contract's retries on UNAVAILABLE say; a reply sent after headers would not be."""
     from npu_resolver_client import ResolverClient, ResolverUnavailable
     from npu_resolver_client._client import RETRY_POLICY
-    from npu_resolver_server._large import LargeRequests
-    from npu_resolver_server._servicer import ResolverService
     from tests._server import ThreadServer
 
-    monkeypatch.setattr(LargeRequests, "full", property(lambda self: True))
-    calls = 0
-    answer = ResolverService.resolve
-
-    def counted(self: ResolverService, raw: bytes, context: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return answer(self, raw, context)
-
-    monkeypatch.setattr(ResolverService, "resolve", counted)
     request_ = ResolveRequest(
         product="atlas-a2",
         config={"op_debug_config": "/job/debug.cfg"},
@@ -1198,4 +1193,4 @@ def test_a_busy_servers_unavailable_is_retried_by_the_client(
     ):
         client.resolve_request(request_)
     assert _BUSY_MESSAGE in str(info.value)
-    assert calls == RETRY_POLICY["maxAttempts"]
+    assert len(busy_server_calls) == RETRY_POLICY["maxAttempts"]
