@@ -9,8 +9,8 @@ reports these figures; alone:
 
     python -m benchmarks.handler_bench --count 20000     (prints one JSON object)
 
-With `--evict-mb N`, N MB of other memory is written before each timed call, as a server's
-other work (gRPC's, between two calls) leaves the caches: what a call costs served rather than
+With `--evict-mb N`, N MB of other memory is read before each timed call, as a server's other
+work (gRPC's, between two calls) may leave the caches: what a call costs served rather than
 in a loop that keeps the handler's data and code warm. Stages are then not timed.
 """
 
@@ -74,14 +74,14 @@ async def _timed_calls(
 
 
 def _evicting(megabytes: float) -> Callable[[], None] | None:
-    """A function that writes one byte in each 64-byte line of `megabytes` of memory."""
+    """A function that reads `megabytes` of other memory, every byte of it (reads only: no
+    line it leaves in the caches needs writing back when the handler's data displaces it)."""
     if megabytes <= 0:
         return None
-    lines = bytearray(int(megabytes * 1024 * 1024))
-    ones = bytes([1]) * len(range(0, len(lines), 64))
+    memory = bytearray(b"\x01" * int(megabytes * 1024 * 1024))
 
     def evict() -> None:
-        lines[::64] = ones
+        memory.count(0)
 
     return evict
 
@@ -147,7 +147,7 @@ async def _figures(count: int) -> dict[str, float]:
 def handler_figures(count: int, evict_mb: float = 0.0) -> dict[str, float]:
     """Median µs per call of the Resolve handler: a distinct request (and its stages), a cached
     answer, and the echo server's handler on the same requests; with `evict_mb`, each call after
-    writing that much other memory (see the module's docstring). The process's logging is as it
+    reading that much other memory (see the module's docstring). The process's logging is as it
     was afterwards."""
     root = logging.getLogger("npu_resolver_server")
     saved = root.handlers[:], root.level, root.propagate, _logging._Sink.handler
@@ -170,7 +170,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--count", type=int, default=2000, help="distinct requests timed")
     parser.add_argument(
-        "--evict-mb", type=float, default=0.0, help="MB of other memory written before each call"
+        "--evict-mb", type=float, default=0.0, help="MB of other memory read before each call"
     )
     args = parser.parse_args()
     print(json.dumps(handler_figures(args.count, args.evict_mb)))

@@ -26,7 +26,7 @@ def test_handler_figures_time_each_kind_of_call_and_leave_logging_as_it_was() ->
 
 
 def test_handler_figures_after_eviction_time_whole_calls_only() -> None:
-    """`--evict-mb`: each call timed after other memory is written, as served; no stages."""
+    """`--evict-mb`: each call timed after other memory is read, as served; no stages."""
     root = logging.getLogger("npu_resolver_server")
     before = root.handlers[:], root.level, root.propagate
     figures = handler_figures(40, evict_mb=0.01)

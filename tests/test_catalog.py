@@ -371,6 +371,8 @@ def test_the_inference_series_name_points_at_its_one_documented_card_without_bei
         ("atlas-300", "atlas-300i-duo"),
         ("atlas-35", "atlas-350"),
         ("atals-a2", "atlas-a2"),  # a misspelt brand: the closest spelling as a whole
+        ("Atlas 300T A2", "atlas-a2"),  # '300t' begins no product's model: the whole name
+        ("atlas-350i-duo", "atlas-300i-duo"),  # nor '350iduo': one letter from the 300I Duo
         ("atlas-trainng", "atlas-training"),
     ],
 )

@@ -1079,6 +1079,15 @@ def test_a_set_value_that_replaces_the_config_files_gets_a_note(tmp_path: Path) 
     assert json.loads(proc.stdout)["options"]["hccl_timeout"] == 700
 
 
+def test_a_config_files_nan_gets_no_note_without_a_set(tmp_path: Path) -> None:
+    """NaN equals nothing, itself included: the note is about --set's options only."""
+    job = tmp_path / "job.json"
+    job.write_text('{"hccl_timeout": NaN}', encoding="utf-8")
+    proc = run("resolve", "--product", "atlas-a2", "--config", str(job), "--format", "json")
+    assert proc.returncode == 1  # the resolver refuses NaN on its option
+    assert "replaces" not in proc.stderr
+
+
 def test_a_refused_policy_file_lists_its_problems_a_line_each(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text(

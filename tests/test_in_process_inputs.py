@@ -549,6 +549,9 @@ def test_from_json_takes_a_requests_json_text_as_its_dict() -> None:
     assert ResolveRequest.from_json(text.encode("utf-8")) == expected
     nan = ResolveRequest.from_json('{"product": "atlas-a2", "config": {"hccl_timeout": NaN}}')
     assert [d.code for d in resolve(nan).errors] == [Code.INVALID_VALUE]  # the resolver's say
+    # A byte-order mark some editors write is not part of the JSON, as in a config file.
+    assert ResolveRequest.from_json(b"\xef\xbb\xbf" + text.encode("utf-8")) == expected
+    assert ResolveRequest.from_json("\ufeff" + text) == expected
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,7 @@ def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool
         del state.slots[name]
         return
     why = why_refused(state, gate)
+    accepted = _accepted(state, view, mode_unknown=mode_unknown)
     if slot.source is Source.ENV:  # refused as an invalid variable is: no rule judges from it
         state.slots.pop(name, None)
         state.refused.add(name)
@@ -113,24 +114,30 @@ def _value_gate(state: State, name: str, view: OptionView, *, mode_unknown: bool
             f"env.{slot.env_var}",
             gate.rule,
             f"environment variable {slot.env_var}={show(slot.value)} sets {name} to a value "
-            f"that {why}; unset it or choose another value{_accepted(view)}.",
+            f"that {why}; unset it or choose another value{accepted}.",
         )
         return
     state.refuse(
         name,
         Code.UNSUPPORTED_VALUE,
         gate.rule,
-        f"{name} {show(slot.value)} {why}; choose another value{_accepted(view)}.",
+        f"{name} {show(slot.value)} {why}; choose another value{accepted}.",
     )
 
 
 MAX_NAMED_VALUES: Final = 12
 
 
-def _accepted(view: OptionView) -> str:
+def _accepted(state: State, view: OptionView, *, mode_unknown: bool) -> str:
     """The values the option takes here (this product and mode), for a message that refuses
-    one: ': one of '2', '4'', or "" for an option without a list of values."""
-    accepted = [show(c) for c in view.option.choices if view.blocked(c) is None]
+    one: ': one of '2', '4'', or "" for an option without a list of values. With the mode not
+    known (the caller's graph_run_mode refused), a value refused in one mode only counts as
+    taken, as the gates then judge it."""
+    accepted = []
+    for choice in view.option.choices:
+        gate = view.blocked(choice)
+        if gate is None or (mode_unknown and gate_kind(state, gate) == "mode"):
+            accepted.append(show(choice))
     if not accepted or len(accepted) > MAX_NAMED_VALUES:
         return ""
     return f": {accepted[0]}" if len(accepted) == 1 else f": one of {', '.join(accepted)}"

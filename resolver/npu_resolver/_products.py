@@ -8,6 +8,7 @@ default or a value of its own).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Final
@@ -272,20 +273,28 @@ def _shared_prefix(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
+_MODEL_TOKEN: Final = re.compile(r"[a-z]+[0-9]*|[0-9]+[a-z]*")
+"""A model's designation, the start of its model part: 'a2' of 'a2training', '910b' of
+'910b3', '300t' of '300ta2', '350iduo' of '350iduo'."""
+
+
 def _by_model(key: str) -> str:
-    """The product whose model part starts the way the name's does, by at least two characters
-    and further than any other product's: 'Atlas A2 training' is an A2 ('a2trainingseries'),
-    not the training series that spelling is closest to as a whole, and 'atlas-910b' the A2
-    of SoC Ascend910B3 rather than the Atlas 350 (difflib's answers). "" when no product's
-    model part stands out, and the whole name's closest spelling is suggested instead."""
+    """The product whose model part begins with the name's whole designation, and further than
+    any other product's (two characters at least): 'Atlas A2 training' is an A2
+    ('a2trainingseries'), not the training series that spelling is closest to as a whole, and
+    'atlas-910b' the A2 of SoC Ascend910B3 rather than the Atlas 350 (difflib's answers). A
+    designation no product's begins with ('300t' of the Atlas 300T A2, '350iduo' of a misspelt
+    300I Duo) decides nothing: "" then, and the whole name's closest spelling is suggested."""
     model = _model_part(key)
+    token = _MODEL_TOKEN.match(model)
+    needed = max(MIN_MODEL_PREFIX, len(token.group()) if token else 0)
     reach: dict[str, int] = {}
     for part, pid in _MODEL_PARTS:
         shared = _shared_prefix(model, part)
         if shared > reach.get(pid, 0):
             reach[pid] = shared
     ranked = sorted(reach.values(), reverse=True)
-    if not ranked or ranked[0] < MIN_MODEL_PREFIX or (len(ranked) > 1 and ranked[1] == ranked[0]):
+    if not ranked or ranked[0] < needed or (len(ranked) > 1 and ranked[1] == ranked[0]):
         return ""
     return next(pid for pid, shared in reach.items() if shared == ranked[0])
 

@@ -300,12 +300,13 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
             )
 
 
-def _note_replaced(from_file: Mapping[str, JSON], config: Mapping[str, JSON]) -> None:
+def _note_replaced(replaced: Mapping[str, JSON], config: Mapping[str, JSON]) -> None:
     """--set wins over the config file's value for the same option, as documented; said on
-    stderr when the two differ, since the answer shows only the --set value, as the caller's."""
-    for name, before in from_file.items():
+    stderr when the two differ, since the answer shows only the --set value, as the caller's.
+    `replaced`: the file's values of the options --set gave."""
+    for name, before in replaced.items():
         after = config[name]
-        if type(after) is not type(before) or after != before:
+        if after is not before and (type(after) is not type(before) or after != before):
             print(
                 f"npu-resolve: note: --set {name} replaces the config's {show(before)} with "
                 f"{show(after)}",
@@ -335,9 +336,10 @@ def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
     _refuse_non_text(args)
     config = read_config(args.config)
     from_file = dict(config)
-    for name, value in pairs(args.set, "--set"):
+    given = pairs(args.set, "--set")
+    for name, value in given:
         config[name] = _typed(name, value)
-    _note_replaced(from_file, config)
+    _note_replaced({name: from_file[name] for name, _ in given if name in from_file}, config)
     env: dict[str, str] = {}
     if args.inherit_env:
         env.update({k: utf8_text(os.environ[k]) for k in NAMED_ENV_VARS if k in os.environ})

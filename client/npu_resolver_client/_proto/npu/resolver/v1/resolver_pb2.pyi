@@ -187,7 +187,8 @@ class ResolveRequest(_message.Message):
     def config(self) -> _struct_pb2.Struct:
         """The partial config: option name to JSON value. Numbers travel as doubles; integral values
         are read back as integers. At most 512 options are read (more: an INVALID_VALUE on
-        `config`, nothing resolved); the server reads a Struct of at most 10,000 keys and list items
+        `config`, and none of its options is read: the answer holds the defaults and the
+        environment's values, not ok); the server reads a Struct of at most 10,000 keys and list items
         in all, 18 levels deep (its --max-struct-keys and --max-struct-depth).
         """
 
@@ -386,11 +387,13 @@ class ResolveResponse(_message.Message):
     """Content hash of the policy in force; empty when none."""
     fingerprint: _builtins.str
     """Stable hash of product + options: equal configs, equal fingerprints. 16 hex digits, the
-    first 64 bits of the SHA-256 of the canonical JSON {"options": ..., "product": ...} (keys
-    sorted, no spaces, UTF-8, a number that equals an integer written as that integer). It
-    covers the effective values only: not their sources or rules, the diagnostics, the paths
-    (`workdir`) or the policy version, so the same values reached another way hash alike. It
-    depends on nothing else: the same in every process, server and restart.
+    first 64 bits of the SHA-256 of {"options": ..., "product": ...} as Python's json module
+    writes it with sorted keys, no spaces and ensure_ascii off, in UTF-8, after an integral
+    number within ±2^53 is written as that integer (2.0 as 2); other numbers as Python writes a
+    float (1e+20). Treat it as opaque: compare fingerprints the server gave, rather than
+    computing one. It covers the effective values only: not their sources or rules, the
+    diagnostics, the paths (`workdir`) or the policy version, so the same values reached
+    another way hash alike; it depends on nothing else (not the process, server or restart).
     """
     @_builtins.property
     def options(self) -> _struct_pb2.Struct:
