@@ -46,7 +46,6 @@ from npu_resolver import (
     Resolution,
     ResolveRequest,
     check_diff_products,
-    check_diff_request,
 )
 from npu_resolver.text import cut_text, is_text, plain_text, printable
 
@@ -409,8 +408,8 @@ def _checked(request: object) -> None:
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
     _checked(request)
     try:  # a diff in process's checks, in its order: its TypeErrors (every name is a str
-        # once it passes), then its limits; the request's own product once it is sendable
-        columns = check_diff_products(products)
+        # once it passes), then its limits
+        check_diff_products(products)
     except DiffError as exc:  # what a server would answer, without the call
         refused = ResolveError(str(exc), None, (FieldViolation("products", exc.reason, str(exc)),))
         refused.sent = False
@@ -427,8 +426,6 @@ def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRe
         config_json = config_to_json(request.config)
     except NotSendableError as exc:
         raise _not_sent(exc) from None
-    # The wire has no field for it: a product not among `products` would be dropped unsaid.
-    check_diff_request(request, columns)
     return pb.DiffRequest(
         products=names,
         env=sent_env(request.env),
@@ -943,11 +940,11 @@ class ResolverClient:
         *,
         timeout: float | None = None,
     ) -> DiffResult:
-        """`request` resolved for each of `products`, side by side, as `npu_resolver.diff`
-        does in process: a DiffResult, whose columns hold each product's report, errors
-        included (a product named twice is one column). Raises as resolve(); fewer than 2
-        distinct or more than 16 products is a ResolveError before anything is sent, and a
-        request.product (id or alias) not among `products` a ValueError (leave it empty)."""
+        """`request` resolved for each of `products` (its own product is ignored), side by
+        side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
+        product's report, errors included (a product named twice is one column). Raises as
+        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
+        anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(self._call("Diff", message, timeout), request)
 
@@ -1255,11 +1252,11 @@ class AsyncResolverClient:
         *,
         timeout: float | None = None,
     ) -> DiffResult:
-        """`request` resolved for each of `products`, side by side, as `npu_resolver.diff`
-        does in process: a DiffResult, whose columns hold each product's report, errors
-        included (a product named twice is one column). Raises as resolve(); fewer than 2
-        distinct or more than 16 products is a ResolveError before anything is sent, and a
-        request.product (id or alias) not among `products` a ValueError (leave it empty)."""
+        """`request` resolved for each of `products` (its own product is ignored), side by
+        side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
+        product's report, errors included (a product named twice is one column). Raises as
+        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
+        anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(await self._call("Diff", message, timeout), request)
 

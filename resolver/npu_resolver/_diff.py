@@ -17,7 +17,6 @@ from ._model import JSON, Resolution, ResolveRequest, Source, plain_text, read_r
 from ._pipeline import check_arguments, resolve, shared_suggestions
 from ._products import PRODUCTS, product_id
 from ._state import PolicyLike
-from ._values import show
 
 MIN_DIFF_PRODUCTS: Final = 2
 """Names a diff needs: two names of one product will do (they make one column)."""
@@ -110,22 +109,6 @@ def check_diff_products(products: Sequence[str]) -> list[str]:
     return columns
 
 
-def check_diff_request(request: ResolveRequest, columns: Sequence[str]) -> None:
-    """A ValueError when `request` names a product (by id or alias) that is not one of the
-    diff's `columns` (check_diff_products' answer): a diff resolves for its products only, and
-    that product's column would be missing with no word said. An empty product is fine."""
-    if not request.product:
-        return
-    if (product_id(request.product) or plain_text(request.product)) in columns:
-        return
-    named = show(request.product)
-    raise ValueError(
-        f"the request names product {named}, which is not among the diff's products "
-        f"({', '.join(show(c) for c in columns)}), and a diff resolves for those only: include "
-        f"{named} in products, or leave request.product empty"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class DiffCell:
     value: JSON
@@ -197,9 +180,7 @@ def diff(
     policy: PolicyLike | None = None,
     catalog: Catalog = CATALOG,
 ) -> DiffResult:
-    """Resolve `request` once per product and line them up. The request's own `product` is
-    empty or one of `products` (by id or alias); another is a ValueError (see
-    check_diff_request), not a column silently left out.
+    """Resolve `request` once per product (its own `product` is ignored) and line them up.
 
     Raises DiffError when fewer than two products or more than MAX_DIFF_PRODUCTS are named
     (as a server refuses them); an unknown product is a column whose result carries
@@ -207,7 +188,6 @@ def diff(
     check_arguments(request, policy, "diff")
     # A product named twice, by id or alias, is one column, resolved once.
     columns = check_diff_products(products)
-    check_diff_request(request, columns)
     # Each attachment read once, and a close name sought once, for all the columns.
     with shared_reads(), shared_suggestions():
         resolved = [
