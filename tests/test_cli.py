@@ -539,37 +539,6 @@ def test_policy_check_default_output_is_kept_and_format_json_adds_ok(tmp_path: P
     assert json.loads(proc.stdout)["ok"] is False
 
 
-def test_policy_show_prints_the_policys_content_as_a_json_object(
-    tmp_path: Path, grpc_target: str
-) -> None:
-    """Not one escaped string to decode again: the content is embedded as the object it is,
-    in process and through a server alike, null with no policy; the other keys are as before."""
-    from npu_resolver_server import PolicyStore
-    from tests._server import ThreadServer
-
-    policy = tmp_path / "policy.toml"
-    policy.write_text("[profiles.default.defaults]\nhccl_timeout = 3600\n[profiles.debug]\n")
-    content = {"debug": {}, "default": {"*.defaults": {"hccl_timeout": 3600}}}
-    local = run("policy", "show", "--policy", str(policy))
-    assert local.returncode == 0, local.stderr
-    shown = json.loads(local.stdout)
-    assert shown["canonical_text"] == content
-    assert shown["source"] == str(policy) and shown["profiles"] == ["debug", "default"]
-    assert isinstance(shown["policy_version"], str) and shown["policy_version"]
-    assert shown["last_reload_error"] == shown["refused_version"] == ""
-    assert shown["reload_failures"] == 0
-    store = PolicyStore(policy)
-    store.load_initial()
-    with ThreadServer(store=store) as server:
-        remote = run("policy", "show", "--server", server.target)
-    assert remote.returncode == 0, remote.stderr
-    assert json.loads(remote.stdout) == shown
-    for where in ((), ("--server", grpc_target)):  # no policy in force
-        none = run("policy", "show", *where)
-        assert none.returncode == 0, none.stderr
-        assert json.loads(none.stdout)["canonical_text"] is None
-
-
 def test_policy_check_format_table_prints_text_whatever_the_outcome(tmp_path: Path) -> None:
     """--format table: a refused file as without the flag, and a loaded one as lines headed the
     same way (its version, tables, and what the policy makes every job hear), exit statuses

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._catalog import CATALOG
-from .._model import Resolution, Severity, loads_json
+from .._model import Resolution, Severity
 from .._options import MENTIONED_ONLY
 from ._inputs import (
     CREDENTIAL_FLAGS,
@@ -321,25 +321,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             return EXIT_ERRORS
         return EXIT_OK
     shown = _transport(args).policy()
-    _print(json.dumps(_content_embedded(shown), indent=2, ensure_ascii=False))
+    _print(json.dumps(shown, indent=2, ensure_ascii=False))
     return EXIT_OK
-
-
-def _content_embedded(shown: dict[str, Any]) -> dict[str, Any]:
-    """`policy show`'s JSON: GetPolicy's fields by their proto names, the policy's content
-    (`canonical_text`, JSON text on the wire) as the object it is, so that it reads as JSON and
-    a script reads it without decoding a string; null when no policy is in force. Laid out
-    alike whether a server sent it indented or without whitespace (a large policy)."""
-    text = shown.get("canonical_text")
-    if not isinstance(text, str):
-        return shown
-    content: Any = None
-    if text:
-        try:
-            content = loads_json(text)
-        except (ValueError, RecursionError):  # not JSON after all: shown as the text it is
-            content = text
-    return {**shown, "canonical_text": content}
 
 
 def _policy_refusal_json(exc: PolicyError) -> str:
