@@ -139,6 +139,16 @@ def test_a_refused_resolves_status_message_names_the_first_error_and_counts_the_
     assert error.details() == f"config.{first.option}: {first.code.value}: {first.message}{more}"
 
 
+def test_a_refused_resolves_status_message_carries_the_first_errors_suggestion(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """A caller in another language that reads the status message alone (a plain stub, a log
+    line) sees the close product the report suggests."""
+    error = _refused(grpc_target, ResolveRequest(product="atlas-a3x"))
+    assert error.details().startswith("product: UNKNOWN_PRODUCT: product 'atlas-a3x' is not")
+    assert error.details().endswith("(suggestion: atlas-a3)")
+
+
 def test_client_raises_one_error_type_with_the_report(client: ResolverClient) -> None:
     with pytest.raises(ResolveError) as info:
         client.resolve("atlas-training", {"hccl_timeout": 17341})
@@ -807,7 +817,8 @@ def test_a_resolve_errors_text_carries_the_suggestion_the_cli_shows(
     """An unknown product's close name was in the report and the CLI's line, but not in the
     error's text: it follows the message there too, as the CLI writes it, from the blocking
     and asyncio clients and a batch item alike; `details` stays the server's words, and a
-    message that says its close name already is not told it twice."""
+    message that says its close name already is not told it twice. (The server's status
+    message carries it too, for callers that read only that.)"""
     unknown = ResolveRequest("atlas-a3x")
     message = npu_resolver.resolve(unknown).errors[0].message
     said = f"INVALID_ARGUMENT: product: UNKNOWN_PRODUCT: {message} (suggestion: atlas-a3)"
@@ -825,7 +836,7 @@ def test_a_resolve_errors_text_carries_the_suggestion_the_cli_shows(
     for error in (blocking.value, asyncio.run(in_async()), failure.error()):
         assert isinstance(error, ResolveError)
         assert str(error) == said
-        assert error.details == f"product: UNKNOWN_PRODUCT: {message}"
+        assert error.details == f"product: UNKNOWN_PRODUCT: {message} (suggestion: atlas-a3)"
         assert pickle.loads(pickle.dumps(error)).args == error.args
     with pytest.raises(ResolveError) as typo:
         client.resolve("atlas-a2", {"hccl_timout": 600})

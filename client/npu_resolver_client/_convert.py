@@ -233,13 +233,22 @@ MAX_MESSAGE_CHARS: Final = 500
 budget."""
 
 
+def _suggestion_unsaid(diagnostic: Diagnostic) -> bool:
+    """Whether the diagnostic's message leaves its suggestion unsaid (an UNKNOWN_PRODUCT's
+    does; an UNKNOWN_OPTION's asks "did you mean ...?")."""
+    return f"did you mean {diagnostic.suggestion!r}".lower() not in diagnostic.message.lower()
+
+
 def error_message(errors: Sequence[Diagnostic], first_field: str) -> str:
     """The status message of a Resolve that failed with `errors`: the first one, on its
-    request field (`first_field`, see violation_field), and how many more. The server writes it;
-    the client writes it again for a report it had to ask for again, so that its error reads the
-    same as when the report fit."""
+    request field (`first_field`, see violation_field), with its suggestion, and how many more.
+    The server writes it; the client writes it again for a report it had to ask for again, so
+    that its error reads the same as when the report fit."""
     first = errors[0]
-    text = cut_text(f"{first_field}: {first.code.value}: {first.message}", MAX_MESSAGE_CHARS)
+    said = f"{first_field}: {first.code.value}: {first.message}"
+    if first.suggestion and _suggestion_unsaid(first):  # for callers that read only the status
+        said += f" (suggestion: {first.suggestion})"
+    text = cut_text(said, MAX_MESSAGE_CHARS)
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     return text

@@ -116,16 +116,17 @@ class ResolveError(ResolverClientError):
 
 def _with_suggestion(details: str, resolution: Resolution | None) -> str:
     """`details` with its first error's suggestion after that error's message, as the CLI's
-    report line shows it ("(suggestion: atlas-a3)"): the status message carries the message
-    alone, and an UNKNOWN_PRODUCT's, unlike an UNKNOWN_OPTION's, does not say the close name.
+    report line shows it ("(suggestion: atlas-a3)"), when the status message leaves it out (a
+    server of an earlier version; an UNKNOWN_PRODUCT's message, unlike an UNKNOWN_OPTION's, does
+    not say the close name).
     Unchanged when there is none, or the message says it already ("did you mean ...")."""
     errors = () if resolution is None else resolution.errors
     if not errors or not errors[0].suggestion:
         return details
     first = errors[0]
-    if f"did you mean {first.suggestion!r}".lower() in details.lower():
-        return details
     hint = f" (suggestion: {first.suggestion})"
+    if hint in details or f"did you mean {first.suggestion!r}".lower() in details.lower():
+        return details  # the server said it (this version's does), or the message does
     if first.message and first.message in details:
         return details.replace(first.message, first.message + hint, 1)
     return details + hint
