@@ -609,6 +609,14 @@ def test_diff_with_an_unknown_product_is_the_same_report_through_a_server(
     assert "not resolved, so not in the table: atlas-9000" in lines
 
 
+def test_a_diffs_unknown_product_line_gives_its_suggestion_as_resolves_does() -> None:
+    proc = run("diff", "--product", "atlas-a2", "--product", "atlas-a3x")
+    assert proc.returncode == 1
+    [line] = [line for line in proc.stdout.splitlines() if "UNKNOWN_PRODUCT" in line]
+    assert line.startswith("atlas-a3x: ERROR UNKNOWN_PRODUCT product: ")
+    assert line.endswith("(suggestion: atlas-a3)")
+
+
 def test_a_diff_table_beside_an_unknown_product_keeps_the_servers_rows() -> None:
     """A server's catalog may be newer than the command's: the rows of an option only it
     knows stay in the table when an unknown product's column is left out (the table was

@@ -210,8 +210,11 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
             if d.severity.value == "INFO" and d.option not in in_rows:
                 continue
             rule = f" [{d.rule}]" if d.rule else ""
+            hint = f" (suggestion: {d.suggestion})" if d.suggestion else ""  # as resolve's lines
             lines.append(
-                shown(f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}")
+                shown(
+                    f"{pid}: {d.severity.value} {d.code.value}{rule} {d.option}: {d.message}{hint}"
+                )
             )
     return "\n".join(lines)
 
