@@ -400,6 +400,20 @@ def _closest_spelling(name: str) -> str:
     return _ALIASES[closest(alias_key(name), _ALIASES)]
 
 
+def test_a_job_and_a_policy_list_the_products_an_option_exists_on_alike() -> None:
+    """A job's drop and a policy's refusal of the same option name its products in one order,
+    the product table's (R-IBC-1: input_batch_cpy on atlas-350, atlas-a3 and atlas-a2)."""
+    from npu_resolver import PolicyError, parse_policy
+
+    (dropped,) = resolve(ResolveRequest("atlas-training", {"input_batch_cpy": True})).warnings
+    assert "(only atlas-350, atlas-a3, atlas-a2)" in dropped.message
+    with pytest.raises(PolicyError) as refused:
+        parse_policy(
+            "[profiles.default.products.atlas-training.defaults]\ninput_batch_cpy = true\n"
+        )
+    assert "(only atlas-350, atlas-a3, atlas-a2: R-IBC-1)" in str(refused.value)
+
+
 def test_every_public_name_is_listed_and_importable() -> None:
     """Less-used parts load lazily; they still show in dir() (completion, help()) and in
     __all__, and each resolves."""

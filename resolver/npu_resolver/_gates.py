@@ -7,6 +7,7 @@ from typing import Final
 
 from ._catalog import OptionView
 from ._model import CATALOG_VERSION, Code, Source
+from ._products import listed
 from ._schema import MODE_OPTION, Mode, ValueGate
 from ._state import State
 from ._values import show
@@ -30,7 +31,7 @@ def option_gate(state: State, view: OptionView) -> tuple[Code, str, str, str] | 
             name,
             option.products_rule,
             f"{name} does not exist on {state.pid} "
-            f"(only {', '.join(sorted(option.products or ()))}); remove it for this product.",
+            f"(only {listed(option.products or ())}); remove it for this product.",
         )
     if not view.mode_ok:
         mode = (
@@ -85,7 +86,7 @@ def why_refused(state: State, gate: ValueGate) -> str:
     kind = gate_kind(state, gate)
     if kind == "version":
         if gate.products is not None and state.pid not in gate.products:
-            only = ", ".join(sorted(gate.products))
+            only = listed(gate.products)
             return (
                 f"is not supported in this version (source {CATALOG_VERSION}), "
                 f"and only on {only} at all"
