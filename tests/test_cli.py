@@ -1983,6 +1983,22 @@ def test_inherit_env_takes_only_the_variables_rules_md_names() -> None:
     assert out["provenance"]["session_device_id"]["env_var"] == "ASCEND_DEVICE_ID"
 
 
+def test_a_rules_variable_of_this_shell_not_sent_gets_a_note() -> None:
+    """HCCL_EXEC_TIMEOUT=600 in the shell is not the job's unless sent: a note says so (not
+    for HOME, which every shell holds); none with --inherit-env, or when --env gives it."""
+    env = {**os.environ, "ASCEND_DEVICE_ID": "3", "HOME": "/home/u"}
+    proc = run("resolve", "--product", "atlas-a2", "--format", "json", env=env)
+    assert proc.returncode == 0
+    assert proc.stderr == (
+        "npu-resolve: note: ASCEND_DEVICE_ID is set in this shell but not sent; --inherit-env "
+        "sends the rules' variables of this shell (or give them with --env)\n"
+    )
+    assert "session_device_id" not in json.loads(proc.stdout)["options"]
+    for sent in (("--inherit-env",), ("--env", "ASCEND_DEVICE_ID=1")):
+        proc = run("resolve", "--product", "atlas-a2", *sent, "--format", "json", env=env)
+        assert proc.returncode == 0 and proc.stderr == ""
+
+
 def test_env_wins_over_an_inherited_variable() -> None:
     env = {**os.environ, "HOME": "/home/inherited"}
     proc = run(

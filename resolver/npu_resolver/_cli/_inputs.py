@@ -300,6 +300,23 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
             )
 
 
+UNSENT_NOTED: Final = tuple(name for name in NAMED_ENV_VARS if name != "HOME")
+"""The rules' variables a shell may hold for a job (HOME, which every shell holds, aside)."""
+
+
+def _note_unsent_env(given: Mapping[str, str]) -> None:
+    """A rule's variable set in this shell is not the job's unless sent: said on stderr, once,
+    so that HCCL_EXEC_TIMEOUT=600 in the shell is not taken for part of the answer."""
+    unsent = sorted(k for k in UNSENT_NOTED if k in os.environ and k not in given)
+    if unsent:
+        print(
+            f"npu-resolve: note: {', '.join(unsent)} {'is' if len(unsent) == 1 else 'are'} set "
+            "in this shell but not sent; --inherit-env sends the rules' variables of this shell "
+            "(or give them with --env)",
+            file=sys.stderr,
+        )
+
+
 def _note_replaced(replaced: Mapping[str, JSON], config: Mapping[str, JSON]) -> None:
     """--set wins over the config file's value for the same option, as documented; said on
     stderr when the two differ, since the answer shows only the --set value, as the caller's.
@@ -354,6 +371,8 @@ def request_from_args(args: argparse.Namespace, product: str) -> ResolveRequest:
                 "UTF-8 text"
             )
     _note_unread_env(given_env)
+    if not args.inherit_env:
+        _note_unsent_env(given_env)
     return ResolveRequest(
         product=product,
         config=config,
