@@ -18,6 +18,7 @@ import pytest
 
 from npu_resolver import MAX_OBJECT_DEPTH, PRODUCTS, Source
 from npu_resolver._cli._render import columns
+from npu_resolver._options import NAMED_ENV_VARS
 
 CLI = [sys.executable, "-m", "npu_resolver._cli"]
 
@@ -25,13 +26,19 @@ CLI = [sys.executable, "-m", "npu_resolver._cli"]
 def run(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The CLI in a process of its own, in `env` (default: this one's), less the variables
-    that would change the answers tests expect."""
+    """The CLI in a process of its own, in `env` (default: this one's, see _shell), less the
+    variables that would change the answers tests expect."""
     unread = {"HCCL_EXEC_TIMEOUT", "NPU_COLLECT_PATH"}
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in unread}
+    env = {k: v for k, v in (_shell() if env is None else env).items() if k not in unread}
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, input=stdin, timeout=60, check=False, env=env
     )
+
+
+def _shell() -> dict[str, str]:
+    """This process's environment without the rules' variables but HOME: one the shell running
+    the tests holds would add a note to the output tests expect."""
+    return {k: v for k, v in os.environ.items() if k == "HOME" or k not in NAMED_ENV_VARS}
 
 
 def resolve_json(*args: str) -> tuple[int, dict[str, Any]]:
@@ -796,15 +803,12 @@ def test_a_token_file_that_cannot_be_a_header_is_a_usage_error(tmp_path: Path) -
 
 def _run_shell(redirect: str, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     """The CLI with a shell redirection (`<&-`, `>&-`, `> /dev/full`) and extra environment."""
-    base = {
-        k: v for k, v in os.environ.items() if k not in {"HCCL_EXEC_TIMEOUT", "NPU_COLLECT_PATH"}
-    }
     return subprocess.run(
         ["sh", "-c", f'"$@" {redirect}', "sh", *CLI, *args],
         capture_output=True,
         timeout=60,
         check=False,
-        env={**base, **env},
+        env={**_shell(), **env},
     )
 
 
@@ -1986,7 +1990,7 @@ def test_inherit_env_takes_only_the_variables_rules_md_names() -> None:
 def test_a_rules_variable_of_this_shell_not_sent_gets_a_note() -> None:
     """HCCL_EXEC_TIMEOUT=600 in the shell is not the job's unless sent: a note says so (not
     for HOME, which every shell holds); none with --inherit-env, or when --env gives it."""
-    env = {**os.environ, "ASCEND_DEVICE_ID": "3", "HOME": "/home/u"}
+    env = {**_shell(), "ASCEND_DEVICE_ID": "3", "HOME": "/home/u"}
     proc = run("resolve", "--product", "atlas-a2", "--format", "json", env=env)
     assert proc.returncode == 0
     assert proc.stderr == (
