@@ -371,17 +371,21 @@ def test_the_inference_series_name_points_at_its_one_documented_card_without_bei
         ("atlas-300", "atlas-300i-duo"),
         ("atlas-35", "atlas-350"),
         ("atals-a2", "atlas-a2"),  # a misspelt brand: the closest spelling as a whole
-        ("Atlas 300T A2", "atlas-a2"),  # '300t' begins no product's model: the whole name
-        ("atlas-350i-duo", "atlas-300i-duo"),  # nor '350iduo': one letter from the 300I Duo
+        ("Atlas 300T A2", "atlas-a2"),  # a server's name: its generation after the model
+        ("Atlas 800T A2", "atlas-a2"),
+        ("Atlas 910 A3", "atlas-a3"),  # not the training series' Ascend910A by '910a'
+        ("atlas-350i-duo", "atlas-300i-duo"),  # not the 350 by its number: the closest name
+        ("Atlas 300V", "atlas-300i-duo"),  # a one-word model by its number
+        ("300I Pro", "atlas-300i-duo"),
         ("atlas-trainng", "atlas-training"),
     ],
 )
 def test_an_unknown_product_is_pointed_at_the_product_its_model_names(
     name: str, meant: str
 ) -> None:
-    """The suggestion a job takes for its product: the one whose model (the name without
-    Atlas or Ascend) the name begins with, before the closest spelling of the whole name, which
-    pointed A2 jobs at the legacy training series (another hccl_timeout and other defaults)."""
+    """The suggestion a job takes for its product: the one its model designates (the name's
+    words after Atlas or Ascend), before the closest spelling of the whole name, which pointed
+    A2 jobs at the legacy training series (another hccl_timeout and other defaults)."""
     (error,) = resolve(ResolveRequest(name)).errors
     assert (error.code, error.suggestion) == (Code.UNKNOWN_PRODUCT, meant)
 

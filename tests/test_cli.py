@@ -2001,6 +2001,10 @@ def test_a_rules_variable_of_this_shell_not_sent_gets_a_note() -> None:
     for sent in (("--inherit-env",), ("--env", "ASCEND_DEVICE_ID=1")):
         proc = run("resolve", "--product", "atlas-a2", *sent, "--format", "json", env=env)
         assert proc.returncode == 0 and proc.stderr == ""
+    blank = {**env, "ASCEND_DEVICE_ID": " "}  # a blank variable sets nothing
+    assert run("resolve", "--product", "atlas-a2", env=blank).stderr == ""
+    proc = run("resolve", "--product", "atlas-a2", "--env", "ascend_device_id=1", env=env)
+    assert proc.stderr.count("note:") == 1  # the misspelt name's own note, not a second one
 
 
 def test_env_wins_over_an_inherited_variable() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Final
 from unicodedata import normalize
@@ -242,61 +242,74 @@ def unknown_product(text: str) -> Diagnostic:
         return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, series.id)
     suggestion = ""
     if len(text) <= MAX_SUGGESTED_TEXT:
-        key = alias_key(text)
-        suggestion = _by_model(key)
+        suggestion = _by_model(text)
         if not suggestion:
-            close = closest(key, _ALIASES)
+            close = closest(alias_key(text), _ALIASES)
             suggestion = _ALIASES[close] if close else ""
     return Diagnostic(Severity.ERROR, Code.UNKNOWN_PRODUCT, "product", "", message, suggestion)
 
 
 _BRANDS: Final = ("atlas", "ascend", "huawei")
-MIN_MODEL_PREFIX: Final = 2
+_WORD_BREAKS: Final = re.compile(r"[\s\-]+")
+MIN_DESIGNATION: Final = 2
 
 
-def _model_part(key: str) -> str:
-    """A name's key without the brand word it starts with: what tells the products apart."""
+def _model_words(name: str) -> list[str]:
+    """A name's words after its brand ('Atlas 800T A2' -> ['800t', 'a2'], 'Ascend910B3' ->
+    ['910b3']), compared as product names are (case, full-width forms, '_' ignored)."""
+    words = [w.replace("_", "") for w in _WORD_BREAKS.split(normalize("NFKC", name).casefold())]
+    words = [w for w in words if w]
+    if words and words[0] in _BRANDS:
+        return words[1:]
     for brand in _BRANDS:
-        if key.startswith(brand):
-            return key[len(brand) :]
-    return key
+        if words and words[0].startswith(brand):
+            return [words[0][len(brand) :], *words[1:]]
+    return words
 
 
-_MODEL_PARTS: Final = tuple((_model_part(key), pid) for key, pid in _ALIASES.items())
+def _designations() -> dict[str, frozenset[str]]:
+    """Each product's designations: the first model word of each of its names ('a2', '910b3',
+    '300i', '310p3', '350', 'training')."""
+    found: dict[str, set[str]] = {}
+    for product in PRODUCTS:
+        for name in names(product):
+            words = _model_words(name)
+            if words:
+                found.setdefault(product.id, set()).add(words[0])
+    return {pid: frozenset(words) for pid, words in found.items()}
 
 
-def _shared_prefix(a: str, b: str) -> int:
-    """How many characters `a` and `b` begin with alike."""
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return index
-    return min(len(a), len(b))
+_DESIGNATIONS: Final = _designations()
 
 
-_MODEL_TOKEN: Final = re.compile(r"[a-z]+[0-9]*|[0-9]+[a-z]*")
-"""A model's designation, the start of its model part: 'a2' of 'a2training', '910b' of
-'910b3', '300t' of '300ta2', '350iduo' of '350iduo'."""
+def _designated(matches: Callable[[str], bool]) -> str:
+    """The one product with a designation that `matches`; "" for none or several."""
+    found = [pid for pid, marks in _DESIGNATIONS.items() if any(map(matches, marks))]
+    return found[0] if len(found) == 1 else ""
 
 
-def _by_model(key: str) -> str:
-    """The product whose model part begins with the name's whole designation, and further than
-    any other product's (two characters at least): 'Atlas A2 training' is an A2
-    ('a2trainingseries'), not the training series that spelling is closest to as a whole, and
-    'atlas-910b' the A2 of SoC Ascend910B3 rather than the Atlas 350 (difflib's answers). A
-    designation no product's begins with ('300t' of the Atlas 300T A2, '350iduo' of a misspelt
-    300I Duo) decides nothing: "" then, and the whole name's closest spelling is suggested."""
-    model = _model_part(key)
-    token = _MODEL_TOKEN.match(model)
-    needed = max(MIN_MODEL_PREFIX, len(token.group()) if token else 0)
-    reach: dict[str, int] = {}
-    for part, pid in _MODEL_PARTS:
-        shared = _shared_prefix(model, part)
-        if shared > reach.get(pid, 0):
-            reach[pid] = shared
-    ranked = sorted(reach.values(), reverse=True)
-    if not ranked or ranked[0] < needed or (len(ranked) > 1 and ranked[1] == ranked[0]):
+def _by_model(name: str) -> str:
+    """The product a name's model designates, or "" when no one product stands out (the whole
+    name's closest spelling is then suggested). In turn: a word of the name that is one
+    product's designation ('Atlas 800T A2' and 'Atlas 910 A3' name their generation, A2 and A3,
+    after the model; 'atlas-a2-training' is an A2, not the training series that spelling is
+    closest to as a whole); the first word as the start of one product's designation
+    ('atlas-910b': the A2 of Ascend910B3, not the Atlas 350; 'atlas-300': the 300I Duo); a
+    one-word model by its number ('Atlas 300V': the 300I Duo, by its 300)."""
+    words = _model_words(name)
+    for word in words:
+        found = _designated(word.__eq__)
+        if found:
+            return found
+    if not words or len(words[0]) < MIN_DESIGNATION:
         return ""
-    return next(pid for pid, shared in reach.items() if shared == ranked[0])
+    found = _designated(lambda mark: mark.startswith(words[0]))
+    if found or len(words) > 1:  # 'atlas-350i-duo' is not read by its '350' alone
+        return found
+    number = re.match(r"[0-9]+", words[0])
+    if number is None or len(number.group()) < MIN_DESIGNATION:
+        return ""
+    return _designated(lambda mark: mark.startswith(number.group()))
 
 
 _SEEN: dict[str, str | None] = {}

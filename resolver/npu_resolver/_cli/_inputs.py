@@ -306,8 +306,10 @@ UNSENT_NOTED: Final = tuple(name for name in NAMED_ENV_VARS if name != "HOME")
 
 def _note_unsent_env(given: Mapping[str, str]) -> None:
     """A rule's variable set in this shell is not the job's unless sent: said on stderr, once,
-    so that HCCL_EXEC_TIMEOUT=600 in the shell is not taken for part of the answer."""
-    unsent = sorted(k for k in UNSENT_NOTED if k in os.environ and k not in given)
+    so that HCCL_EXEC_TIMEOUT=600 in the shell is not taken for part of the answer (a blank one
+    sets nothing, and is not said)."""
+    asked = {name.upper() for name in given}  # `--env ascend_device_id` has its own note
+    unsent = sorted(k for k in UNSENT_NOTED if os.environ.get(k, "").strip() and k not in asked)
     if unsent:
         print(
             f"npu-resolve: note: {', '.join(unsent)} {'is' if len(unsent) == 1 else 'are'} set "
