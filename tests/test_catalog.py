@@ -377,6 +377,7 @@ def test_the_inference_series_name_points_at_its_one_documented_card_without_bei
         ("atlas-350i-duo", "atlas-300i-duo"),  # not the 350 by its number: the closest name
         ("Atlas 300V", "atlas-300i-duo"),  # a one-word model by its number
         ("300I Pro", "atlas-300i-duo"),
+        ("Atlas 3 训练系列产品 / Atlas A3 推理系列产品", "atlas-a3"),  # a series word is no model
         ("atlas-trainng", "atlas-training"),
     ],
 )

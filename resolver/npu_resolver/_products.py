@@ -291,13 +291,15 @@ def _designated(matches: Callable[[str], bool]) -> str:
 def _by_model(name: str) -> str:
     """The product a name's model designates, or "" when no one product stands out (the whole
     name's closest spelling is then suggested). In turn: a word of the name that is one
-    product's designation ('Atlas 800T A2' and 'Atlas 910 A3' name their generation, A2 and A3,
-    after the model; 'atlas-a2-training' is an A2, not the training series that spelling is
-    closest to as a whole); the first word as the start of one product's designation
-    ('atlas-910b': the A2 of Ascend910B3, not the Atlas 350; 'atlas-300': the 300I Duo); a
-    one-word model by its number ('Atlas 300V': the 300I Duo, by its 300)."""
+    product's designation, past the first word a model number ('Atlas 800T A2' and 'Atlas 910
+    A3' name their generation after the model; 'atlas-a2-training' is an A2, not the training
+    series that spelling is closest to as a whole); the first word as the start of one
+    product's designation ('atlas-910b': the A2 of Ascend910B3, not the Atlas 350; 'atlas-300':
+    the 300I Duo); a one-word model by its number ('Atlas 300V': the 300I Duo, by its 300)."""
     words = _model_words(name)
-    for word in words:
+    for index, word in enumerate(words):
+        if index and not any(c.isdigit() for c in word):
+            continue  # 'training' after a model names a series, as in 'Atlas A2 training series'
         found = _designated(word.__eq__)
         if found:
             return found
