@@ -56,8 +56,11 @@ def _us(samples: list[int]) -> float:
     return round(statistics.median(samples) / 1000.0, 1)
 
 
+Handler = Callable[[bytes, Any], Awaitable[bytes]]
+
+
 async def _timed_calls(
-    handler: Callable[[bytes, Any], Awaitable[bytes]],
+    handler: Handler,
     items: list[bytes],
     evict: Callable[[], None] | None = None,
 ) -> list[int]:
@@ -86,8 +89,10 @@ def _evicting(megabytes: float) -> Callable[[], None] | None:
     return evict
 
 
-async def _evicted_figures(count: int, megabytes: float) -> dict[str, float]:
-    """The whole handler, distinct requests and cached answers, each call after the eviction."""
+async def _warmed_handler(count: int) -> tuple[ResolverService, Handler, list[bytes]]:
+    """The service with the server's defaults, its Resolve handler, and the launcher's working
+    set, the handler warmed as a server's would be: the working set seen twice (kept from the
+    second sight, as in the server) and `count` / 4 distinct requests."""
     store = PolicyStore(None)
     store.load_initial()
     service = ResolverService(store, cache=AnswerCache(DEFAULT_CACHE_ENTRIES))
@@ -95,6 +100,12 @@ async def _evicted_figures(count: int, megabytes: float) -> dict[str, float]:
     hot = [raw for raw, _ in working_set()]
     await _timed_calls(handler, hot * 2)
     await _timed_calls(handler, [raw for raw, _ in distinct(count // 4, "handler-warm")])
+    return service, handler, hot
+
+
+async def _evicted_figures(count: int, megabytes: float) -> dict[str, float]:
+    """The whole handler, distinct requests and cached answers, each call after the eviction."""
+    _, handler, hot = await _warmed_handler(count)
     evict = _evicting(megabytes)
     whole = await _timed_calls(handler, [raw for raw, _ in distinct(count, "handler")], evict)
     hits = await _timed_calls(handler, (hot * (count // len(hot) + 1))[:count], evict)
@@ -108,13 +119,7 @@ async def _evicted_figures(count: int, megabytes: float) -> dict[str, float]:
 
 
 async def _figures(count: int) -> dict[str, float]:
-    store = PolicyStore(None)
-    store.load_initial()
-    service = ResolverService(store, cache=AnswerCache(DEFAULT_CACHE_ENTRIES))
-    handler = service._wrap("Resolve", service.resolve)
-    hot = [raw for raw, _ in working_set()]
-    await _timed_calls(handler, hot * 2)  # kept from the second sight, as in the server
-    await _timed_calls(handler, [raw for raw, _ in distinct(count // 4, "handler-warm")])
+    service, handler, hot = await _warmed_handler(count)
 
     stages: dict[str, list[int]] = {name: [] for name in STAGES}
     whole: list[int] = []

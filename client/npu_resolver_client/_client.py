@@ -65,6 +65,7 @@ from ._convert import (
     violation_field,
 )
 from ._errors import (
+    REPORT_AGAIN_METADATA_KEY,
     Failure,
     FieldViolation,
     ResolveError,
@@ -92,9 +93,6 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 # status details may be larger.
 DEFAULT_MAX_METADATA_BYTES: Final = 4 * 1024 * 1024
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"
-REPORT_AGAIN_METADATA_KEY: Final = "x-npu-resolver-report-again"
-"""Request metadata (value "1") marking the second ask for a report cut from the trailer: the
-server counts that report's diagnostics once, with the first answer."""
 SERVICE: Final = "npu.resolver.v1.Resolver"
 
 MAX_ATTEMPTS: Final = 5

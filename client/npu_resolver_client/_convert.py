@@ -233,7 +233,7 @@ MAX_MESSAGE_CHARS: Final = 500
 budget."""
 
 
-def _suggestion_unsaid(diagnostic: Diagnostic) -> bool:
+def suggestion_unsaid(diagnostic: Diagnostic) -> bool:
     """Whether the diagnostic's message leaves its suggestion unsaid (an UNKNOWN_PRODUCT's
     does; an UNKNOWN_OPTION's asks "did you mean ...?")."""
     return f"did you mean {diagnostic.suggestion!r}".lower() not in diagnostic.message.lower()
@@ -246,7 +246,7 @@ def error_message(errors: Sequence[Diagnostic], first_field: str) -> str:
     that its error reads the same as when the report fit."""
     first = errors[0]
     said = f"{first_field}: {first.code.value}: {first.message}"
-    if first.suggestion and _suggestion_unsaid(first):  # for callers that read only the status
+    if first.suggestion and suggestion_unsaid(first):  # for callers that read only the status
         said += f" (suggestion: {first.suggestion})"
     text = cut_text(said, MAX_MESSAGE_CHARS)
     if len(errors) > 1:

@@ -28,12 +28,15 @@ from google.rpc import error_details_pb2, status_pb2
 
 from npu_resolver import Diagnostic, Resolution, Severity
 
-from ._convert import resolution_from_proto
+from ._convert import resolution_from_proto, suggestion_unsaid
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 REPORT_CUT: Final = "REPORT_CUT"
 """The google.rpc.ErrorInfo reason of a report left out of the status details for room."""
+REPORT_AGAIN_METADATA_KEY: Final = "x-npu-resolver-report-again"
+"""Request metadata (value "1") marking the second ask for a report cut from the trailer: the
+server counts that report's diagnostics once, with the first answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,7 @@ def _with_suggestion(details: str, resolution: Resolution | None) -> str:
         return details
     first = errors[0]
     hint = f" (suggestion: {first.suggestion})"
-    if hint in details or f"did you mean {first.suggestion!r}".lower() in details.lower():
+    if hint in details or not suggestion_unsaid(first):
         return details  # the server said it (this version's does), or the message does
     if first.message and first.message in details:
         return details.replace(first.message, first.message + hint, 1)

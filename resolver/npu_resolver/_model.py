@@ -600,12 +600,12 @@ class ResolveRequest:
 def _request_text(text: str | bytes | bytearray) -> JSON:
     """A request's JSON text as Python, every problem a ValueError that says it is the text's."""
     if not isinstance(text, str):
-        try:  # utf-8-sig: a byte-order mark some editors write is not part of the JSON
-            text = bytes(text).decode("utf-8-sig")
+        try:
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"a request's JSON text is not UTF-8: {exc}") from None
-    try:
-        return loads_json(text.removeprefix("\ufeff"))  # as a config file's is read
+    try:  # a byte-order mark some editors write is not part of the JSON, as in a config file
+        return loads_json(text.removeprefix("\ufeff"))
     except RecursionError:
         raise ValueError("a request's JSON text is nested too deeply to read") from None
     except ValueError as exc:

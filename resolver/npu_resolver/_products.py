@@ -256,27 +256,22 @@ MIN_DESIGNATION: Final = 2
 
 def _model_words(name: str) -> list[str]:
     """A name's words after its brand ('Atlas 800T A2' -> ['800t', 'a2'], 'Ascend910B3' ->
-    ['910b3']), compared as product names are (case, full-width forms, '_' ignored)."""
-    words = [w.replace("_", "") for w in _WORD_BREAKS.split(normalize("NFKC", name).casefold())]
-    words = [w for w in words if w]
-    if words and words[0] in _BRANDS:
-        return words[1:]
+    ['910b3']), each compared as product names are (alias_key)."""
+    words = [key for key in map(alias_key, _WORD_BREAKS.split(normalize("NFKC", name))) if key]
     for brand in _BRANDS:
         if words and words[0].startswith(brand):
-            return [words[0][len(brand) :], *words[1:]]
+            rest = words[0][len(brand) :]
+            return [rest, *words[1:]] if rest else words[1:]
     return words
 
 
 def _designations() -> dict[str, frozenset[str]]:
     """Each product's designations: the first model word of each of its names ('a2', '910b3',
     '300i', '310p3', '350', 'training')."""
-    found: dict[str, set[str]] = {}
-    for product in PRODUCTS:
-        for name in names(product):
-            words = _model_words(name)
-            if words:
-                found.setdefault(product.id, set()).add(words[0])
-    return {pid: frozenset(words) for pid, words in found.items()}
+    return {
+        product.id: frozenset(words[0] for name in names(product) if (words := _model_words(name)))
+        for product in PRODUCTS
+    }
 
 
 _DESIGNATIONS: Final = _designations()

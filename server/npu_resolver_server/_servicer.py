@@ -23,6 +23,7 @@ import npu_resolver
 from npu_resolver import Resolution, ResolveRequest
 from npu_resolver.text import config_refusal, too_deep, too_wide
 from npu_resolver_client.wire import (
+    REPORT_AGAIN_METADATA_KEY,
     LimitError,
     catalog_to_proto,
     config_from_wire,
@@ -63,7 +64,6 @@ from .settings import (
     DEFAULT_MAX_STRUCT_DEPTH,
     DEFAULT_MAX_STRUCT_KEYS,
     PID_METADATA_KEY,
-    REPORT_AGAIN_METADATA_KEY,
 )
 
 SERVICE: Final = "npu.resolver.v1.Resolver"

@@ -32,9 +32,6 @@ HEALTH_SERVICE: Final = "npu.resolver.v1.Resolver"
 """The gRPC service name; the standard health service reports it (and "") as SERVING."""
 PID_METADATA_KEY: Final = "x-npu-resolver-pid"
 """Trailing metadata key carrying the pid of the worker process that answered."""
-REPORT_AGAIN_METADATA_KEY: Final = "x-npu-resolver-report-again"
-"""Request metadata key (value "1") a client sends on a validate_only Resolve that asks again
-for a report too large for the failed call's trailer: its diagnostics were counted then."""
 ENV_PREFIX: Final = "NPU_RESOLVER_"
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]

@@ -26,6 +26,7 @@ from ._inputs import (
     UsageError,
     _as_given,
     credentials,
+    policy_refusal,
     read_policy,
     request_from_args,
     server_target,
@@ -283,17 +284,13 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     if args.policy_command == "check":
         try:
             policy = load_policy(args.file)
-        except PolicyReadError as exc:
-            if args.format == "json":  # for a pipeline, as a refusal is; the line stays too
-                _print(_policy_refusal_json(exc))
-            raise UsageError(f"policy {exc}") from exc
         except PolicyError as exc:
-            if args.format == "json":
+            if args.format == "json":  # for a pipeline: an unreadable file's line stays too
                 _print(_policy_refusal_json(exc))
-            else:
-                _print(f"policy {_as_given(args.file)} refused:")
-                for problem in exc.problems:
-                    _print(f"  - {problem}")
+            if isinstance(exc, PolicyReadError):
+                raise UsageError(f"policy {exc}") from exc
+            if args.format != "json":
+                _print(policy_refusal(exc))
             _warn(  # what a fixed file may bring next: said now, not found on the next run
                 "npu-resolve: what the policy does to jobs is judged once the file loads; "
                 "check it again after fixing these"

@@ -28,7 +28,7 @@ from .._schema import OptType
 from .._values import BOOL_TEXTS, show, too_deep_value
 
 if TYPE_CHECKING:
-    from .._policy import Policy
+    from .._policy import Policy, PolicyError
 
 MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
 
@@ -395,8 +395,13 @@ def read_policy(path: str | None) -> Policy | None:
     try:
         return load_policy(path)
     except PolicyError as exc:  # a problem a line, as `policy check` lists them
-        listed = "".join(f"\n  - {problem}" for problem in exc.problems)
-        raise UsageError(f"policy {_as_given(exc.source)} refused:{listed}") from exc
+        raise UsageError(policy_refusal(exc)) from exc
+
+
+def policy_refusal(refused: PolicyError) -> str:
+    """A refused policy file as a person reads it: the file, then each problem on its line."""
+    listed = "".join(f"\n  - {problem}" for problem in refused.problems)
+    return f"policy {_as_given(refused.source)} refused:{listed}"
 
 
 CREDENTIAL_FLAGS: Final = {
