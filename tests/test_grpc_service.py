@@ -1003,6 +1003,35 @@ def test_reflection_answers_under_v1_too(grpc_target: str) -> None:  # noqa: F81
     assert any(b"npu/resolver/v1/resolver.proto" in f for f in files)
 
 
+def test_reflection_lists_and_describes_its_v1_service(grpc_target: str) -> None:  # noqa: F811
+    """A v1 client that lists the services and then describes each (as grpcurl's `describe`
+    does) finds the v1 reflection service among them, and its file under its own package."""
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    v1 = "grpc.reflection.v1.ServerReflection"
+    asked = reflection_pb2.ServerReflectionRequest(file_containing_symbol=v1)
+    with grpc.insecure_channel(grpc_target) as channel:
+        call = channel.stream_stream(
+            f"/{v1}/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        listed, found = list(
+            call(iter([reflection_pb2.ServerReflectionRequest(list_services=""), asked]), timeout=5)
+        )
+    assert v1 in {s.name for s in listed.list_services_response.service}
+    assert not found.HasField("error_response"), found.error_response.error_message
+    (raw,) = found.file_descriptor_response.file_descriptor_proto
+    proto = descriptor_pb2.FileDescriptorProto.FromString(raw)
+    assert (proto.name, proto.package) == ("grpc/reflection/v1/reflection.proto", v1[:-17])
+    method = proto.service[0].method[0]
+    assert (method.name, method.input_type) == (
+        "ServerReflectionInfo",
+        ".grpc.reflection.v1.ServerReflectionRequest",
+    )
+
+
 def test_reflection_only_client_lists_and_calls_resolve(grpc_target: str) -> None:  # noqa: F811
     with grpc.insecure_channel(grpc_target) as channel:
         database = ProtoReflectionDescriptorDatabase(channel)

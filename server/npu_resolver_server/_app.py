@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
@@ -76,9 +77,40 @@ REFLECTION_V1: Final = "grpc.reflection.v1.ServerReflection"
 protocol as v1alpha, message for message, which is all grpcio-reflection serves."""
 
 
+def _reflection_v1_file() -> None:
+    """Put grpc/reflection/v1/reflection.proto in the default pool, made from v1alpha's (the
+    same messages under another package, as gRPC publishes them), so that the v1 service it
+    lists can also be described: a v1 client that lists, then describes every service, would
+    meet NOT_FOUND for it."""
+    pool = descriptor_pool.Default()
+    name = "grpc/reflection/v1/reflection.proto"
+    try:
+        pool.FindFileByName(name)
+        return  # another library registered it
+    except KeyError:
+        pass
+    old, new = reflection_pb2.DESCRIPTOR.package, REFLECTION_V1.rsplit(".", 1)[0]
+    proto = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(proto)
+    proto.name, proto.package = name, new
+    proto.ClearField("options")
+    proto.options.java_package = "io.grpc.reflection.v1"
+    proto.options.go_package = "google.golang.org/grpc/reflection/grpc_reflection_v1"
+    prefix = f".{old}."
+    for message in proto.message_type:
+        for item in message.field:
+            if item.type_name:
+                item.type_name = item.type_name.replace(prefix, f".{new}.")
+    for method in proto.service[0].method:
+        method.input_type = method.input_type.replace(prefix, f".{new}.")
+        method.output_type = method.output_type.replace(prefix, f".{new}.")
+    pool.Add(proto)
+
+
 def _add_reflection(server: grpc.aio.Server) -> None:
     """Server reflection under v1alpha and v1, one servicer answering both."""
-    servicer = reflection.aio.ReflectionServicer(SERVICE_NAMES)
+    _reflection_v1_file()
+    servicer = reflection.aio.ReflectionServicer((*SERVICE_NAMES, REFLECTION_V1))
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
     v1 = grpc.stream_stream_rpc_method_handler(
         servicer.ServerReflectionInfo,
