@@ -1474,7 +1474,8 @@ def test_r_esc_1_python_format_pasted_back_draws_no_warning_for_the_values_rules
 
 
 def test_explain_without_an_option_lists_every_option_which_unknown_option_points_to() -> None:
-    """UNKNOWN_OPTION with no close name sends the caller to `npu-resolve explain`: it lists
+    """UNKNOWN_OPTION with no close name sends the caller to `npu-resolve explain` (and a gRPC
+    caller to DescribeCatalog): it lists
     every option (name, type, summary), as text and as JSON, all or one product's."""
     from npu_resolver import CATALOG
 
@@ -1482,7 +1483,9 @@ def test_explain_without_an_option_lists_every_option_which_unknown_option_point
     assert code == 1
     [unknown] = out["diagnostics"]
     assert unknown["code"] == "UNKNOWN_OPTION"
-    assert unknown["message"].endswith("`npu-resolve explain` lists the options.")
+    assert unknown["message"].endswith(
+        "the catalog lists the options (`npu-resolve explain`, DescribeCatalog over gRPC)."
+    )
     proc = run("explain")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

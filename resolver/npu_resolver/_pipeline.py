@@ -205,6 +205,11 @@ def shared_suggestions() -> Iterator[None]:
         _SOUGHT.reset(token)
 
 
+_LISTED: Final = "the catalog lists the options (`npu-resolve explain`, DescribeCatalog over gRPC)."
+"""Where a caller finds the option names: the CLI's and the service's way, since the message
+reaches both."""
+
+
 def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestions | None) -> None:
     """UNKNOWN_OPTION for `key`; `sought`: the suggestions this call gave, and how many (None
     for a key that is not text, whose shown text no option name is near)."""
@@ -217,10 +222,7 @@ def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestio
             "or check it against the runtime's own documentation."
         )
     elif sought is None:
-        said = (
-            "is not an NPURunConfig option (an option is named by a str); `npu-resolve explain` "
-            "lists the options."
-        )
+        said = f"is not an NPURunConfig option (an option is named by a str); {_LISTED}"
     else:
         suggestion = sought.close_name(catalog, shown)
         if suggestion:
@@ -228,10 +230,10 @@ def _unknown_option(state: State, catalog: Catalog, key: str, sought: _Suggestio
         elif shown in sought.past_bound:
             hint = (
                 f"close names are sought for the first {MAX_SOUGHT_SUGGESTIONS} unknown names "
-                "of a request only, and `npu-resolve explain` lists the options."
+                f"of a request only; {_LISTED}"
             )
         else:
-            hint = "`npu-resolve explain` lists the options."
+            hint = _LISTED
         said = f"is not an NPURunConfig option; {hint}"
     state.emit(Code.UNKNOWN_OPTION, shown, "", f"option {shown!r} {said}", suggestion)
 
