@@ -537,6 +537,37 @@ def test_policy_check_says_on_which_product_a_line_for_several_was_worded_r_hct_
     )
 
 
+def test_policy_check_keeps_apart_what_jobs_hear_differently_r_sst_2() -> None:
+    """A value that makes one product's jobs hear another message (atlas-a3's locked
+    hccl_timeout 0 never times out) gets a line of its own: the common line does not claim
+    every product for words atlas-a3's jobs never hear."""
+    policy = parse_policy(
+        "[profiles.default.products.atlas-a3.locked]\nhccl_timeout = 0\n"
+        "[profiles.default.defaults]\nstream_sync_timeout = 600000\n"
+    )
+    lines = [says.text for says in npu_resolver.diagnostics_from_policy(policy)]
+    assert [line.split(": ", 2)[1] for line in lines] == [
+        "WARNING ADVICE (R-SST-2) on atlas-350, atlas-a2, atlas-training, atlas-300i-duo, "
+        "in training and online inference",
+        "WARNING ADVICE (R-SST-2) on atlas-a3, in training and online inference",
+    ]
+    assert "1836 s" in lines[0] and "hccl_timeout 0 never times out" in lines[1]
+
+
+def test_policy_check_names_each_mode_s_own_products_r_mml_1() -> None:
+    """modify_mixlist without mixed precision is dropped on atlas-300i-duo in online inference
+    only (in training there it is kept, its file unchecked): the line says which products in
+    which mode, not every product in both."""
+    policy = parse_policy('[profiles.default.defaults]\nmodify_mixlist = "/cfg/mix.json"\n')
+    lines = [says.text for says in npu_resolver.diagnostics_from_policy(policy)]
+    dropped = [line for line in lines if "DROPPED_NO_EFFECT" in line and "atlas-300i-duo" in line]
+    assert [line.split(": ", 2)[1] for line in dropped] == [
+        "WARNING DROPPED_NO_EFFECT (R-MML-1) on atlas-training, in training; "
+        "on atlas-training, atlas-300i-duo, in online inference"
+    ]
+    assert any("NOT_CHECKED (R-MML-1) on atlas-300i-duo, in training:" in line for line in lines)
+
+
 SHARED_AND_OWN = """
 [profiles.default.defaults]
 hccl_timeout = 20000

@@ -592,12 +592,12 @@ def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, s
 
 @dataclass
 class _Heard:
-    """One thing the policy makes the resolver say, and where: its text as said first."""
+    """One thing the policy makes the resolver say, and where: its text as said first, and
+    each (product, mode) a job heard it in."""
 
     message: str
     first: str
-    products: set[str]
-    modes: set[str]
+    reached: set[tuple[str, str]]
     profiles: set[str]
 
 
@@ -610,13 +610,30 @@ class PolicySays:
     text: str
 
 
+def _reach(reached: Collection[tuple[str, str]]) -> str:
+    """Where a line was heard: "on P, in M" when every mode heard it on the same products,
+    else one such part per mode (training first), so no line claims a product or mode
+    where its jobs heard something else."""
+    by_mode: dict[str, set[str]] = {}
+    for pid, mode in reached:
+        by_mode.setdefault(mode, set()).add(pid)
+    groups: dict[frozenset[str], list[str]] = {}
+    for mode in sorted(by_mode, reverse=True):  # training first
+        groups.setdefault(frozenset(by_mode[mode]), []).append(mode)
+    return "; ".join(
+        f"on {_on_products(pids, 'every product')}, in {' and '.join(modes)}"
+        for pids, modes in groups.items()
+    )
+
+
 def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[PolicySays]:
     """What the policy's own values make the resolver say to every job that leaves them be:
     a lock a rule overrides (R-ESC-1 in online inference), a timeout rounded on one product
     (R-HCT-3), a deprecated option, a lock the mode a job runs in refuses. Each is said per
-    job; here the platform team sees it before the file goes live, once per table entry, with
-    the products and modes it reaches. Sorted by text."""
-    heard: dict[tuple[str, str, Severity, str], _Heard] = {}
+    job; here the platform team sees it before the file goes live, once per table entry and
+    message (the product it was said on left out), with the products and modes it reaches.
+    Sorted by text."""
+    heard: dict[tuple[str, str, Severity, str, str], _Heard] = {}
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
             layer = policy.layer(name, pid)
@@ -628,23 +645,21 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                     entry = entries.get(d.option)
                     if entry is None or d.option in config or d.code is Code.UNDOCUMENTED:
                         continue  # UNDOCUMENTED: no value at all, never one the policy gave
-                    key = (entry.detail, d.option, d.severity, f"{d.code} ({d.rule})")
-                    said = heard.setdefault(key, _Heard(d.message, pid, set(), set(), set()))
-                    said.products.add(pid)
-                    said.modes.add(_mode_name(result))
+                    what = f"{d.code} ({d.rule})"
+                    key = (entry.detail, d.option, d.severity, what, d.message.replace(pid, "\0"))
+                    said = heard.setdefault(key, _Heard(d.message, pid, set(), set()))
+                    said.reached.add((pid, _mode_name(result)))
                     said.profiles.add(name)
     lines = []
     everyone = policy.profile_names()
-    for (detail, option, severity, what), said in heard.items():
-        on = _on_products(said.products, "every product")
-        modes = " and ".join(sorted(said.modes, reverse=True))  # training first
-        line = f"{option} {detail}: {severity} {what} on {on}, in {modes}"
+    for (detail, option, severity, what, _), said in heard.items():
+        line = f"{option} {detail}: {severity} {what} {_reach(said.reached)}"
         profiles = sorted(said.profiles)
         if len(profiles) == len(everyone) > 1:
             line += ", for every profile"
         elif not (len(profiles) == 1 and f"[profiles.{toml_key(profiles[0])}." in detail):
             line += f", for {_profiles(profiles)}"
-        if len(said.products) > 1 and said.first in said.message:
+        if len({pid for pid, _ in said.reached}) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
         lines.append(PolicySays(severity, f"{line}: {said.message}"))
     return sorted(lines, key=lambda says: says.text)
