@@ -478,6 +478,45 @@ def test_r_ibc_1_a_default_a_lock_wins_over_is_said_of_the_products_that_have_th
     ]
 
 
+def test_a_default_locked_on_every_product_by_different_tables_is_said_never_to_act() -> None:
+    """The default profile locks hccl_timeout for all products, and in its own tables for the
+    two legacy ones: a profile's default for every product is locked everywhere, by three
+    tables, and acts on none; the summary says so and names each table's products."""
+    policy = parse_policy(
+        "[profiles.default.locked]\nhccl_timeout = 3600\n"
+        "[profiles.default.products.atlas-training.locked]\nhccl_timeout = 1224\n"
+        "[profiles.default.products.atlas-300i-duo.locked]\nhccl_timeout = 1224\n"
+        "[profiles.debug.defaults]\nhccl_timeout = 7200\n",
+        "p.toml",
+    )
+    assert policy.shadowed_defaults() == [
+        "hccl_timeout default from [profiles.debug.defaults] never acts on any product: it is "
+        "locked from [profiles.default.locked] on atlas-350, atlas-a3, atlas-a2; it is locked "
+        "from [profiles.default.products.atlas-training.locked] on atlas-training; it is locked "
+        "from [profiles.default.products.atlas-300i-duo.locked] on atlas-300i-duo"
+    ]
+
+
+def test_r_aoe_1_a_training_default_in_a_profile_locked_to_online_inference_never_acts() -> None:
+    """A profile that locks graph_run_mode 0 and sets a training-only default (aoe_mode,
+    R-AOE-1): every job of it drops the default without a word, so the summary says it never
+    acts, on the products that have the option."""
+    policy = parse_policy(
+        '[profiles.infer.locked]\ngraph_run_mode = 0\n[profiles.infer.defaults]\naoe_mode = "2"\n'
+        "hccl_timeout = 3600\n",
+        "p.toml",
+    )
+    assert policy.shadowed_defaults() == [
+        "aoe_mode default from [profiles.infer.defaults] never acts on atlas-a3, atlas-a2, "
+        "atlas-training: it acts in training only (R-AOE-1), and graph_run_mode 0 (online "
+        "inference) is locked from [profiles.infer.locked]"
+    ]
+    result = npu_resolver.resolve(
+        npu_resolver.ResolveRequest(product="atlas-a2", profile="infer"), policy=policy
+    )
+    assert "aoe_mode" not in result.options and not result.diagnostics
+
+
 def test_a_profile_no_request_can_name_is_refused() -> None:
     """A request with an empty profile gets "default": values under an empty name would load
     and never act."""

@@ -226,21 +226,51 @@ class Policy:
         return notes
 
     def shadowed_defaults(self) -> list[str]:
-        """Defaults a lock of the same or a wider table always wins over (the profile's own,
-        or the default profile's, which every profile holds): they can never act, which is
-        most likely a mistake. (A default for every product that one product's lock overrides
-        still acts on the others, as meant.)"""
-        where: dict[tuple[str, str, str], list[str]] = {}
+        """Defaults that can never act, which is most likely a mistake: a lock wins over them
+        on every product they reach (the profile's own locks, or the default profile's, which
+        every profile holds, each product by its own table or the table for all), or the
+        profile locks graph_run_mode to the mode the option does not act in (R-AOE-1: a job
+        drops such a default for every product without a word). A default for every product
+        that one product's lock overrides still acts on the others, as meant."""
+        acting: set[tuple[str, str]] = set()
+        never: dict[tuple[str, str], dict[str, list[str]]] = {}
         for (_, pid), layer in self._layers.items():
             for key, entry in layer.defaults.items():
-                lock = layer.locked.get(key)
-                if lock is not None and (lock.all_products or not entry.all_products):
-                    where.setdefault((entry.detail, key, lock.detail), []).append(pid)
+                why = self._why_never(layer, pid, key)
+                if why is None:
+                    acting.add((entry.detail, key))
+                else:
+                    never.setdefault((entry.detail, key), {}).setdefault(why, []).append(pid)
         notes = []
-        for (default, key, locked), pids in sorted(where.items()):
-            on = _on_products(pids, "any product")
-            notes.append(f"{key} {default} never acts on {on}: it is {locked}")
+        for (default, key), by_reason in sorted(never.items()):
+            if (default, key) in acting:
+                continue
+            reached = [pid for pids in by_reason.values() for pid in pids]
+            said = f"{key} {default} never acts on {_on_products(reached, 'any product')}: "
+            if len(by_reason) == 1:
+                notes.append(said + next(iter(by_reason)))
+            else:
+                notes.append(
+                    said + "; ".join(f"{why} on {listed(p)}" for why, p in by_reason.items())
+                )
         return notes
+
+    def _why_never(self, layer: PolicyLayer, pid: str, key: str) -> str | None:
+        """Why the layer's default for `key` never acts on `pid`, or None when it can."""
+        lock = layer.locked.get(key)
+        if lock is not None:
+            return f"it is {lock.detail}"
+        mode_lock = layer.locked.get(MODE_OPTION)
+        if mode_lock is None or not isinstance(mode_lock.value, int) or key == MODE_OPTION:
+            return None
+        mode = Mode.from_graph_run_mode(mode_lock.value)
+        option = self._catalog.view(pid, mode)[key].option
+        if option.mode is None or option.mode is mode:
+            return None
+        return (
+            f"it acts in {option.mode.prose} only ({option.mode_rule}), and graph_run_mode "
+            f"{mode_lock.value} ({mode.prose}) is {mode_lock.detail}"
+        )
 
 
 def _on_products(pids: Collection[str], all_of_them: str) -> str:
