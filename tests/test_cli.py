@@ -577,6 +577,11 @@ def test_policy_check_format_table_prints_text_whatever_the_outcome(tmp_path: Pa
     assert any("INFO ROUNDED (R-HCT-3)" in line for line in lines)
     missing = run("policy", "check", str(tmp_path / "missing.toml"), "--format", "table")
     assert missing.returncode == 2 and missing.stdout == "" and "cannot read" in missing.stderr
+    cased = tmp_path / "cased.toml"
+    cased.write_text("[profiles.Default.defaults]\nhccl_timeout = 3600\n", encoding="utf-8")
+    lines = run("policy", "check", str(cased), "--format", "table").stdout.splitlines()
+    at = lines.index("no_default_profile")
+    assert lines[at + 1].startswith("  - no profile is named 'default': ")
 
 
 def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:

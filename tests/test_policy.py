@@ -517,6 +517,49 @@ def test_r_aoe_1_a_training_default_in_a_profile_locked_to_online_inference_neve
     assert "aoe_mode" not in result.options and not result.diagnostics
 
 
+@pytest.mark.parametrize(
+    ("profile", "product", "table"),
+    [
+        ("gold", "atlas-training", "profiles.gold.products.atlas-training.locked"),
+        ("a.b", "atlas-training", 'profiles."a.b".products.atlas-training.defaults'),
+        ("default", "atlas-300i-duo", 'profiles.default.products."Atlas 300I Duo".defaults'),
+    ],
+)
+def test_r_hct_3_a_rounded_policy_value_names_the_table_to_write_it_in(
+    profile: str, product: str, table: str
+) -> None:
+    """The ROUNDED note tells the platform team where to write the value that takes effect:
+    the product's table in the profile the value came from (its name as written, quoted when
+    it must be), or the very table, as written, when it already is the product's."""
+    policy = parse_policy(
+        "[profiles.gold.locked]\nhccl_timeout = 600\n"
+        '[profiles."a.b".defaults]\nhccl_timeout = 3600\n'
+        '[profiles.default.products."Atlas 300I Duo".defaults]\nhccl_timeout = 700\n',
+        "p.toml",
+    )
+    request = npu_resolver.ResolveRequest(product=product, profile=profile)
+    said = npu_resolver.resolve(request, policy=policy).diagnostics
+    (rounded,) = [d for d in said if d.code is npu_resolver.Code.ROUNDED]
+    assert rounded.message.endswith(f" in [{table}].")
+
+
+def test_policy_check_says_when_no_profile_is_the_default_one() -> None:
+    """Profile names are case-sensitive: a file whose only profile is 'Default' reaches no job
+    that names no profile. The summary says so, and why; with a 'default' profile it says
+    nothing."""
+    policy = parse_policy("[profiles.Default.defaults]\nhccl_timeout = 3600\n", "p.toml")
+    assert policy.summary()["no_default_profile"] == [
+        "no profile is named 'default': a job that names no profile gets none of this "
+        "policy's values, its locks included; 'Default' differs from 'default' only in case "
+        "(profile names are case-sensitive)"
+    ]
+    result = npu_resolver.resolve(npu_resolver.ResolveRequest("atlas-a2"), policy=policy)
+    assert result.provenance["hccl_timeout"].source is npu_resolver.Source.DEFAULT
+    only_named = parse_policy("[profiles.debug.defaults]\nhccl_timeout = 3600\n", "p.toml")
+    assert only_named.summary()["no_default_profile"][0].endswith("its locks included")
+    assert "no_default_profile" not in parse_policy(EXAMPLE, "p.toml").summary()
+
+
 def test_a_profile_no_request_can_name_is_refused() -> None:
     """A request with an empty profile gets "default": values under an empty name would load
     and never act."""

@@ -149,6 +149,17 @@ def taken_as(state: State, name: str, value: JSON) -> JSON:
     return value
 
 
+def _product_table(slot: Slot, pid: str) -> str:
+    """The table a policy value for `pid` alone goes in, beside the one `slot` came from: that
+    table itself when it is already the product's, else the product's own in the same profile
+    and of the same kind (profiles.gold.locked -> profiles.gold.products.atlas-training.locked)."""
+    table = slot.detail.split("[", 1)[-1].removesuffix("]")
+    if not slot.all_products:
+        return table
+    profile, kind = table.rsplit(".", 1)
+    return f"{profile}.products.{pid}.{kind}"
+
+
 def round_hccl_timeout(state: State) -> None:
     """R-HCT-3: on the legacy family the timeout is floor(v / 68) * 68, at least 68."""
     slot = state.slots.get("hccl_timeout")
@@ -168,7 +179,7 @@ def round_hccl_timeout(state: State) -> None:
         if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
             who = f"the policy's hccl_timeout {value} ({slot.detail})"
             kind = "locked" if slot.source is Source.POLICY_LOCKED else "defaults"
-            fix = f"the policy can say {rounded} in [profiles.*.products.{state.pid}.{kind}]"
+            fix = f"the policy can say {rounded} in [{_product_table(slot, state.pid)}]"
         elif slot.source is Source.ENV:
             who = f"hccl_timeout {value} from {slot.env_var}"
             fix = f"set {slot.env_var}={rounded} to say so"

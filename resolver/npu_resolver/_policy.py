@@ -200,6 +200,8 @@ class Policy:
                 for name, profile in sorted(self._profiles.items())
             },
         }
+        if DEFAULT_PROFILE not in self._profiles:
+            summary["no_default_profile"] = [self._no_default_profile()]
         shadowed = self.shadowed_defaults()
         if shadowed:
             summary["defaults_that_never_act"] = shadowed
@@ -207,6 +209,21 @@ class Policy:
         if unsupported:
             summary["values_that_never_act"] = unsupported
         return summary
+
+    def _no_default_profile(self) -> str:
+        """A policy without a `default` profile reaches only the jobs that name a profile:
+        said, since a profile written 'Default' looks like one and is not."""
+        said = (
+            f"no profile is named {DEFAULT_PROFILE!r}: a job that names no profile gets none of "
+            "this policy's values, its locks included"
+        )
+        alike = [n for n in self._profile_names if n.casefold() == DEFAULT_PROFILE]
+        if alike:
+            said += (
+                f"; {alike[0]!r} differs from {DEFAULT_PROFILE!r} only in case (profile names "
+                "are case-sensitive)"
+            )
+        return said
 
     def unsupported_values(self) -> list[str]:
         """Values for an option no product has in this version (R-ERP-1, R-DEP-9): taken, as

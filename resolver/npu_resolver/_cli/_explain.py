@@ -54,7 +54,8 @@ def render_policy_summary(file: str, summary: dict[str, Any]) -> str:
     for name, tables in summary["profiles"].items():
         lines.append(f"  {shown(name)}")
         lines += [f"    {shown(table)}: {shown(', '.join(keys))}" for table, keys in tables.items()]
-    for heading in ("defaults_that_never_act", "values_that_never_act", _SAID):
+    headings = ("no_default_profile", "defaults_that_never_act", "values_that_never_act", _SAID)
+    for heading in headings:
         if summary.get(heading):  # as the JSON, which leaves an empty list out
             lines += [heading, *(f"  - {shown(line)}" for line in summary[heading])]
     return "\n".join(lines)
