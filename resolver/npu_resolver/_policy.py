@@ -564,7 +564,9 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
                 (k, _canonical(e), e.all_products) for k, e in sorted(layer.locked.items())
             )
             holders.setdefault((pid, locks), (layer, []))[1].append(name)
-    problems = []
+    # A clash said alike on several products (the same words, its product's name aside) is
+    # one problem naming them, not one a product: a lock for every product clashes on each.
+    said: dict[tuple[str, str, str, str], tuple[str, list[str]]] = {}
     for (pid, _), (layer, names) in holders.items():
         found: dict[tuple[str, str], set[str]] = {}
         for _config, result in _each_mode(locks_only, names[0], pid, layer, catalog):
@@ -573,7 +575,13 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
         for (option, what), modes in found.items():
             only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
             where = _profiles(names) + (" (the same locks)" if len(names) > 1 else "")
-            problems.append(f"locked {option} in {where} on {pid}{only}: {what}")
+            key = (option, where, only, what.replace(pid, "\0"))
+            said.setdefault(key, (what, []))[1].append(pid)
+    problems = []
+    for (option, where, only, _), (what, pids) in said.items():
+        on = _on_products(pids, "every product")
+        as_said = f" (as said on {pids[0]})" if len(pids) > 1 and pids[0] in what else ""
+        problems.append(f"locked {option} in {where} on {on}{only}{as_said}: {what}")
     return sorted(problems)
 
 
