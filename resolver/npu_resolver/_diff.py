@@ -111,12 +111,17 @@ def check_diff_products(products: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class DiffCell:
+    """One product's side of a DiffRow: the option's effective `value` there and its `source`."""
+
     value: JSON
     source: Source
 
 
 @dataclass(frozen=True, slots=True)
 class DiffRow:
+    """One option across the diff's products: a cell per product (None where the option is
+    absent), and `same` when every product has it alike (equal value, as JSON, and source)."""
+
     option: str
     cells: Mapping[str, DiffCell | None]
     """Per product: the effective value and source, or None when the option is absent."""
@@ -125,6 +130,10 @@ class DiffRow:
 
 @dataclass(frozen=True, slots=True)
 class DiffResult:
+    """A diff: its columns (`products`, canonical ids, or an unknown name as given), each
+    column's full Resolution in `results`, and one DiffRow per option any column has, in
+    `rows`; `differing` is the rows that are not the same everywhere."""
+
     products: tuple[str, ...]
     results: Mapping[str, Resolution]
     rows: tuple[DiffRow, ...]

@@ -362,6 +362,11 @@ DROP_CODES: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
+    """One finding about the request: its `severity` (ERROR makes the answer not ok), `code`
+    (a Code), the `option` it is about (an option name, `env.NAME` for an environment variable,
+    or `product`), the `rule` id that decided it, a `message` for people, and a close name as
+    `suggestion` (empty when there is none)."""
+
     severity: Severity
     code: Code
     option: str
@@ -442,6 +447,15 @@ _UNSET: Final = _Unset()
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
+    """Where one effective option's value came from: its `source`, the `rules` applied, the
+    environment variable read (`env_var`, for ENV) and `detail` (for POLICY*: profile and
+    table path; for DERIVED: what it was derived from).
+
+    `requested` is what the caller asked for when that differs from the value, and is
+    meaningful only when `has_requested` is true: otherwise it holds a private marker (truthy,
+    not None and not JSON), so test `p.has_requested`, not `p.requested is not None` (a
+    requested null is None). to_json() leaves `requested` out when there is none."""
+
     source: Source
     rules: tuple[str, ...] = ()
     requested: JSON = _UNSET
@@ -450,6 +464,8 @@ class Provenance:
 
     @property
     def has_requested(self) -> bool:
+        """True when the caller asked for a value other than the one in force (then in
+        `requested`, which may be None for a requested null)."""
         return self.requested is not _UNSET
 
     def to_json(self) -> dict[str, JSON]:
