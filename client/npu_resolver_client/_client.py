@@ -940,9 +940,10 @@ class ResolverClient:
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
-        product's report, errors included (a product named twice is one column). Raises as
-        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
-        anything is sent."""
+        product's report, errors included (a product named twice, by id or alias, is one
+        column: ["atlas-a2", "atlas-a2"] gives a one-column DiffResult). Raises as resolve();
+        fewer than 2 names, more than 16 distinct products, or a name longer than 256
+        characters is a ResolveError before anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(self._call("Diff", message, timeout), request)
 
@@ -1252,9 +1253,10 @@ class AsyncResolverClient:
     ) -> DiffResult:
         """`request` resolved for each of `products` (its own product is ignored), side by
         side, as `npu_resolver.diff` does in process: a DiffResult, whose columns hold each
-        product's report, errors included (a product named twice is one column). Raises as
-        resolve(); fewer than 2 distinct or more than 16 products is a ResolveError before
-        anything is sent."""
+        product's report, errors included (a product named twice, by id or alias, is one
+        column: ["atlas-a2", "atlas-a2"] gives a one-column DiffResult). Raises as resolve();
+        fewer than 2 names, more than 16 distinct products, or a name longer than 256
+        characters is a ResolveError before anything is sent."""
         message = _diff_request(request, products)
         return diff_from_proto(await self._call("Diff", message, timeout), request)
 

@@ -31,7 +31,7 @@ unknown name is a column of its own, its header and key in every row of the answ
 
 
 class DiffError(ValueError):
-    """A diff that cannot be made: fewer than two products named, more columns than
+    """A diff that cannot be made: fewer than two product names, more columns than
     MAX_DIFF_PRODUCTS, or a name longer than MAX_PRODUCT_NAME. `reason` is the code a server
     refuses it with (TOO_FEW_PRODUCTS, TOO_MANY_PRODUCTS or PRODUCT_NAME_TOO_LONG)."""
 
@@ -89,8 +89,9 @@ def ordered_products(products: object) -> Sequence[str]:
 
 
 def check_diff_products(products: Sequence[str]) -> list[str]:
-    """The diff's columns (as diff_columns), or DiffError when `products` names fewer than
-    two products or more than MAX_DIFF_PRODUCTS different ones. Cheap, so that adapters can
+    """The diff's columns (as diff_columns), or DiffError when `products` holds fewer than
+    two names (two names of one product will do) or names more than MAX_DIFF_PRODUCTS
+    different products, or a name is longer than MAX_PRODUCT_NAME. Cheap, so that adapters can
     ask before reading anything else of the request (see ordered_products for its
     TypeErrors)."""
     products = ordered_products(products)
@@ -191,7 +192,9 @@ def diff(
 ) -> DiffResult:
     """Resolve `request` once per product (its own `product` is ignored) and line them up.
 
-    Raises DiffError when fewer than two products or more than MAX_DIFF_PRODUCTS are named
+    Raises DiffError when fewer than two names are given, more than MAX_DIFF_PRODUCTS
+    distinct products are named (a product named twice, by id or alias, counts once, so
+    ["atlas-a2", "atlas-a2"] is a one-column diff) or a name is longer than MAX_PRODUCT_NAME
     (as a server refuses them); an unknown product is a column whose result carries
     UNKNOWN_PRODUCT. A request, products or policy of the wrong type is a TypeError."""
     check_arguments(request, policy, "diff")
