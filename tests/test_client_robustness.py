@@ -889,6 +889,60 @@ def test_jobs_asking_the_same_send_the_same_bytes_whatever_their_process() -> No
     assert set(wire.env) == {"HOME", "ASCEND_WORK_PATH", "HCCL_EXEC_TIMEOUT"}
 
 
+SERVER_ONLY = (
+    "pydantic",
+    "pydantic_settings",
+    "prometheus_client",
+    "grpc_health",
+    "grpc_reflection",
+    "dotenv",
+    "npu_resolver_server",
+)
+"""Modules only the server needs: a job environment with the client need not have them."""
+LEAN_JOB = """
+import sys
+
+server_only = set(sys.argv[1].split(","))
+if sys.argv[2] == "absent":
+
+    class Absent:  # a job environment where the server's packages are not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in server_only:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Absent())
+import grpc  # grpcio imports grpc_health and grpc_reflection itself, when installed
+
+before = set(sys.modules)
+import npu_resolver_client
+from npu_resolver_client import AsyncResolverClient, ResolverClient
+
+ResolverClient("127.0.0.1:1").close()
+AsyncResolverClient("127.0.0.1:1")
+loaded = {name.partition(".")[0] for name in set(sys.modules) - before}
+anywhere = {name.partition(".")[0] for name in sys.modules} - {"grpc_health", "grpc_reflection"}
+print(",".join(sorted(loaded & server_only)) + ";" + ",".join(sorted(anywhere & server_only)))
+"""
+
+
+@pytest.mark.parametrize("installed", ["present", "absent"])
+def test_the_clients_need_none_of_the_server_s_modules(installed: str) -> None:
+    """A job environment may hold the client's runtime alone (grpcio, protobuf,
+    googleapis-common-protos): importing the package and making both clients loads none of
+    the server's modules, and works where they are not installed."""
+    said = subprocess.run(
+        [sys.executable, "-c", LEAN_JOB, ",".join(SERVER_ONLY), installed],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == ";"
+
+
 def test_the_client_writes_every_method_s_requests_in_key_order() -> None:
     """Every method of the service is written deterministically, each read as its reply."""
     methods = pb.DESCRIPTOR.services_by_name["Resolver"].methods
