@@ -682,6 +682,24 @@ def test_a_request_too_large_to_send_says_it_was_not_sent_not_that_the_server_re
     assert "max_message_bytes" not in proc.stderr
 
 
+def test_a_report_too_large_for_this_commands_limit_names_the_flag_to_raise(
+    grpc_target: str,
+) -> None:
+    """40 unknown options: the trailer lists some, the client asks again with validate_only,
+    and the full report passes --max-message-bytes: the flag to raise, not the advice to send
+    the request with validate_only (the client did)."""
+    bogus = [arg for i in range(40) for arg in ("--set", f"bogus_option_{i}=1")]
+    args = ["resolve", "--product", "atlas-a2", *bogus, "--server", grpc_target]
+    proc = run(*args, "--max-message-bytes", "6000")
+    assert proc.returncode == 2
+    assert (
+        "and this command's --max-message-bytes is 6,000: raise --max-message-bytes to read "
+        in (proc.stderr)
+    )
+    assert "max_message_bytes" not in proc.stderr and "send the request" not in proc.stderr
+    assert run(*args).returncode == 1  # the whole report, read under the default limit
+
+
 def test_a_reply_over_this_commands_own_limit_is_said_so_and_the_limit_can_be_raised(
     grpc_target: str,
 ) -> None:

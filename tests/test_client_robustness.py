@@ -9,12 +9,14 @@ import contextlib
 import copy
 import math
 import pickle
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -738,6 +740,47 @@ def test_the_async_client_s_error_with_a_report_asked_again_reads_as_if_it_had_f
     assert str(error) == str(uncut) and "validate_only" not in str(error)
     assert error.violations == uncut.violations and not error.report_cut
     assert _json(error.resolution) == _json(uncut.resolution)
+
+
+UNREAD = ResolveRequest("atlas-a2", {f"bogus_option_{i}": 1 for i in range(40)})
+"""40 errors: cut from the trailer, and a full report of about 11 KB."""
+UNREAD_ENDS = (
+    r"; the full report, asked for again with validate_only, is [\d,]+ bytes and this "
+    r"client's max_message_bytes is 6,000: raise max_message_bytes to read it all$"
+)
+
+
+def test_a_report_asked_again_too_large_for_the_client_says_which_limit_to_raise(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    """The client asked again with validate_only, and the reply passed its own
+    max_message_bytes: the error must not advise asking with validate_only, which it did."""
+    with (
+        ResolverClient(grpc_target, max_message_bytes=6000) as client,
+        pytest.raises(ResolveError) as info,
+    ):
+        client.resolve_request(UNREAD)
+    error = info.value
+    assert re.search(UNREAD_ENDS, str(error)), str(error)
+    assert "send the request with validate_only" not in str(error)
+    assert "errors listed)" in str(error)  # the server's count of the errors it listed stays
+    assert error.resolution is None and error.report_cut and error.violations
+    said = re.search(r"is ([\d,]+) bytes", str(error))
+    assert said is not None
+    size = int(said.group(1).replace(",", ""))
+    with ResolverClient(grpc_target) as client:
+        whole = client.resolve_request(replace(UNREAD, validate_only=True))
+    assert size == resolution_to_proto(whole).ByteSize() > 6000
+
+
+async def test_the_async_client_s_report_too_large_for_it_says_which_limit_to_raise(
+    grpc_target: str,  # noqa: F811
+) -> None:
+    async with AsyncResolverClient(grpc_target, max_message_bytes=6000) as client:
+        with pytest.raises(ResolveError) as info:
+            await client.resolve_request(UNREAD)
+    assert re.search(UNREAD_ENDS, str(info.value)), str(info.value)
+    assert info.value.resolution is None and info.value.report_cut
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), -float("inf")])

@@ -65,6 +65,7 @@ from ._convert import (
     violation_field,
 )
 from ._errors import (
+    REPORT_AGAIN_ADVICE,
     REPORT_AGAIN_METADATA_KEY,
     Failure,
     FieldViolation,
@@ -554,17 +555,39 @@ class _BusyItems:
         )
 
 
+def _report_too_large(details: str, too_large: ResolverClientError) -> str:
+    """`details` of a report cut from the trailer, once asking again for it with validate_only
+    had a reply larger than this client's max_message_bytes: not the advice to ask again,
+    which this client has followed, but the limit to raise."""
+    sizes = too_large._reply_sizes
+    if sizes is None:
+        said = "is larger than this client's max_message_bytes"
+    else:
+        said = f"is {sizes[0]:,} bytes and this client's max_message_bytes is {sizes[1]:,}"
+    listed = details.removesuffix(f": {REPORT_AGAIN_ADVICE}")
+    return (
+        f"{listed}; the full report, asked for again with validate_only, {said}: raise "
+        "max_message_bytes to read it all"
+    )
+
+
 def _resolve_error(
-    error: ResolveError, request: ResolveRequest, report: pb.ResolveResponse | None = None
+    error: ResolveError,
+    request: ResolveRequest,
+    report: pb.ResolveResponse | ResolverClientError | None = None,
 ) -> ResolveError:
     """The same error, its report holding the caller's own values (see restore_callers_values).
     `report` is the report asked for again when the status details had no room for it; one
     that holds no error (the policy changed in between) does not explain the failure, nor
     does one this client cannot read (a newer server's values: the violations stand). An error
     given its report reads as if it had fit: the server's message as it writes it for a whole
-    report, not the cut one's advice to ask again, which this client has followed."""
+    report, not the cut one's advice to ask again, which this client has followed. When the
+    report's reply was too large for this client (`report` is that error), the message says
+    so, and the limit to raise."""
     resolution, violations, details = error.resolution, error.violations, error.details
     report_cut = error.report_cut
+    if isinstance(report, ResolverClientError):
+        details, report = _report_too_large(details, report), None
     fetched = None
     if resolution is None and report is not None:
         with contextlib.suppress(ResolverClientError):
@@ -895,9 +918,10 @@ class ResolverClient:
 
     def _ask_report(
         self, error: ResolveError, message: pb.ResolveRequest, timeout: float | None, started: float
-    ) -> pb.ResolveResponse | None:
+    ) -> pb.ResolveResponse | ResolverClientError | None:
         """The report the status details of `error` left out, or None (the original error
-        stands) when it is not missing or cannot be had."""
+        stands) when it is not missing or cannot be had, or the second ask's error when its
+        reply was larger than this client's max_message_bytes (see _resolve_error)."""
         ask = _report_ask(error, message, self._settings.deadline(timeout), started)
         if ask is None:
             return None
@@ -905,8 +929,8 @@ class ResolverClient:
             report: pb.ResolveResponse = self._call(
                 "Resolve", *ask, self._settings.report_again_metadata
             )
-        except ResolverClientError:
-            return None
+        except ResolverClientError as again:
+            return again if again.reply_too_large else None
         return report
 
     def resolve_batch(
@@ -1208,9 +1232,10 @@ class AsyncResolverClient:
 
     async def _ask_report(
         self, error: ResolveError, message: pb.ResolveRequest, timeout: float | None, started: float
-    ) -> pb.ResolveResponse | None:
+    ) -> pb.ResolveResponse | ResolverClientError | None:
         """The report the status details of `error` left out, or None (the original error
-        stands) when it is not missing or cannot be had."""
+        stands) when it is not missing or cannot be had, or the second ask's error when its
+        reply was larger than this client's max_message_bytes (see _resolve_error)."""
         ask = _report_ask(error, message, self._settings.deadline(timeout), started)
         if ask is None:
             return None
@@ -1218,8 +1243,8 @@ class AsyncResolverClient:
             report: pb.ResolveResponse = await self._call(
                 "Resolve", *ask, self._settings.report_again_metadata
             )
-        except ResolverClientError:
-            return None
+        except ResolverClientError as again:
+            return again if again.reply_too_large else None
         return report
 
     async def resolve_batch(

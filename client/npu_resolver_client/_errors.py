@@ -34,6 +34,9 @@ from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 REPORT_CUT: Final = "REPORT_CUT"
 """The google.rpc.ErrorInfo reason of a report left out of the status details for room."""
+REPORT_AGAIN_ADVICE: Final = "send the request with validate_only for all of it"
+"""How the message of a report cut from the trailer ends, after ": " (the client, which follows
+that advice by itself, says what came of it instead)."""
 REPORT_AGAIN_METADATA_KEY: Final = "x-npu-resolver-report-again"
 """Request metadata (value "1") marking the second ask for a report cut from the trailer: the
 server counts that report's diagnostics once, with the first answer."""
@@ -57,6 +60,9 @@ class ResolverClientError(Exception):
     reply_too_large: bool = False
     """True when the server answered with a reply larger than this client's max_message_bytes
     (the limit to raise is this client's)."""
+    _reply_sizes: tuple[int, int] | None = None
+    """With reply_too_large: the reply's size and this client's limit, in bytes, as gRPC said
+    them (not pickled: the message says them too)."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
@@ -225,6 +231,7 @@ def from_rpc_error(error: grpc.RpcError, trailing: Any = None) -> ResolverClient
             f"{limit:,}: raise max_message_bytes, or ask for less",
         )
         too_large.reply_too_large = True
+        too_large._reply_sizes = (size, limit)
         return too_large
     if trailing is None and hasattr(error, "trailing_metadata"):
         trailing = error.trailing_metadata()

@@ -34,12 +34,13 @@ from ._convert import (
     violation_field,
     wire_config,
 )
-from ._errors import REPORT_AGAIN_METADATA_KEY, REPORT_CUT
+from ._errors import REPORT_AGAIN_ADVICE, REPORT_AGAIN_METADATA_KEY, REPORT_CUT
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "REPORT_AGAIN_ADVICE",
     "REPORT_AGAIN_METADATA_KEY",
     "REPORT_CUT",
     "SEVERITY_TO_PB",

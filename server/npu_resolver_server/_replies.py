@@ -17,6 +17,7 @@ from npu_resolver import Resolution, ResolveRequest, Severity
 from npu_resolver.text import cut_text
 from npu_resolver_client.wire import (
     MAX_MESSAGE_CHARS,
+    REPORT_AGAIN_ADVICE,
     REPORT_CUT,
     error_message,
     pb,
@@ -150,7 +151,7 @@ def fit_trailer(message: str, details: bytes) -> tuple[str, bytes]:
     def noted(kept: int) -> str:  # the message travels in the details too: counted below
         return message + (
             f"; the report is too large for the error details ({kept} of {len(violations)} "
-            "errors listed): send the request with validate_only for all of it"
+            f"errors listed): {REPORT_AGAIN_ADVICE}"
         )
 
     def over() -> bool:

@@ -129,7 +129,9 @@ class Remote:
                 raise RefusedError(f"the request was not sent: {said}", 2) from exc
             if exc.reply_too_large:  # the server answered; the limit is this command's
                 raise RefusedError(f"the reply was not taken: {said}", 2) from exc
-            raise RefusedError(f"the server refused the call: {exc}", 2) from exc
+            # said, not exc: a report too large for this command's limit says so (the client
+            # asked for it again with validate_only, and the reply passed the limit)
+            raise RefusedError(f"the server refused the call: {said}", 2) from exc
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         from npu_resolver_client import ResolveError
