@@ -440,13 +440,36 @@ def test_the_client_refuses_a_request_that_is_not_a_resolve_request_with_a_type_
     with ResolverClient(grpc_target) as client:
         for call in (
             lambda: client.resolve_request(fields),
-            lambda: client.resolve_batch([fields]),
             lambda: client.diff(fields, ["atlas-a2", "atlas-a3"]),
         ):
             with pytest.raises(
                 TypeError, match=r"expected an npu_resolver\.ResolveRequest, got dict"
             ):
                 call()
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"), [({"product": "atlas-a2"}, "a dict"), ("atlas-a2", "a str")]
+)
+def test_a_batch_item_that_is_not_a_resolve_request_is_named_by_its_index(
+    grpc_target: str,  # noqa: F811
+    bad: Any,
+    kind: str,
+) -> None:
+    """A batch of many: the TypeError says which item, from both clients alike."""
+    from npu_resolver_client import AsyncResolverClient, ResolverClient
+
+    batch: Any = [ResolveRequest("atlas-a2")] * 3 + [bad, ResolveRequest("atlas-a3")]
+    said = rf"^requests\[3\] is {kind}, not an npu_resolver\.ResolveRequest \(build one: "
+    with ResolverClient(grpc_target) as client, pytest.raises(TypeError, match=said):
+        client.resolve_batch(batch)
+
+    async def asynchronous() -> None:
+        async with AsyncResolverClient(grpc_target) as client:
+            await client.resolve_batch(batch)
+
+    with pytest.raises(TypeError, match=said):
+        asyncio.run(asynchronous())
 
 
 @pytest.mark.parametrize("option", ["enable_scope_fusion_passes", "aoe_mode"])

@@ -394,14 +394,23 @@ def _report_ask(
     return _report_request(message), remaining
 
 
-def _checked(request: object) -> None:
+def _checked(request: object, index: int | None = None) -> None:
     """A request that is not a ResolveRequest (a dict of its fields, say) is a TypeError here,
-    not an AttributeError from inside the conversion."""
-    if not isinstance(request, ResolveRequest):
+    not an AttributeError from inside the conversion; `index`, its place in a batch, is named
+    (both clients' resolve_batch come here, through _batch)."""
+    if isinstance(request, ResolveRequest):
+        return
+    build = "(build one: ResolveRequest(product=..., config=...)"
+    if index is None:
         raise TypeError(
-            f"expected an npu_resolver.ResolveRequest, got {type(request).__name__} (build one: "
-            "ResolveRequest(product=..., config=...), or call resolve(product, config))"
+            f"expected an npu_resolver.ResolveRequest, got {type(request).__name__} {build}, "
+            "or call resolve(product, config))"
         )
+    kind = type(request).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    raise TypeError(
+        f"requests[{index}] is {article} {kind}, not an npu_resolver.ResolveRequest {build})"
+    )
 
 
 def _diff_request(request: ResolveRequest, products: Sequence[str]) -> pb.DiffRequest:
@@ -450,7 +459,7 @@ def _not_sent(exc: NotSendableError, index: int | None = None) -> ResolverCallEr
 
 def _to_proto(request: ResolveRequest, index: int | None = None) -> pb.ResolveRequest:
     """`index`: the request's place in a batch, which a refusal names."""
-    _checked(request)
+    _checked(request, index)
     try:
         return request_to_proto(request)
     except NotSendableError as exc:
@@ -940,7 +949,8 @@ class ResolverClient:
         in order: a Resolution, or a ResolveFailure for an item that failed (raised by none;
         `.error()` is the exception Resolve would have raised). Items the server was too busy
         for are sent again, each alone, within the deadline. Raises as resolve() does for the
-        call itself (a batch the server refuses whole: ResolveError with no resolution)."""
+        call itself (a batch the server refuses whole: ResolveError with no resolution); an
+        item that is not a ResolveRequest is a TypeError naming its index, before any call."""
         asked = list(requests)
         deadline, started = self._settings.deadline(timeout), time.monotonic()
         sent = _batch(asked)
@@ -1254,7 +1264,8 @@ class AsyncResolverClient:
         in order: a Resolution, or a ResolveFailure for an item that failed (raised by none;
         `.error()` is the exception Resolve would have raised). Items the server was too busy
         for are sent again, each alone, within the deadline. Raises as resolve() does for the
-        call itself (a batch the server refuses whole: ResolveError with no resolution)."""
+        call itself (a batch the server refuses whole: ResolveError with no resolution); an
+        item that is not a ResolveRequest is a TypeError naming its index, before any call."""
         asked = list(requests)
         deadline, started = self._settings.deadline(timeout), time.monotonic()
         sent = _batch(asked)
