@@ -178,6 +178,8 @@ def test_a_worker_lost_while_a_bad_policy_is_on_disk_does_not_stop_the_server(
         os.kill(serving[0]["pid"], signal.SIGKILL)
         failed = server.wait_for("worker_restart_failed")
         assert failed[0]["running_workers"] == 1
+        # A restart's refusal is the log's alone: no plain lines among the JSON ones.
+        assert [line for line in server.raw if not line.startswith("{")] == []
         with ResolverClient(server.target) as client:
             assert client.resolve("atlas-a2").options["hccl_timeout"] == 3600
         assert server.proc is not None and server.proc.poll() is None

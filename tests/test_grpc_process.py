@@ -152,6 +152,33 @@ def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:
     assert server.start_refused() == 2
     failed = server.events("start_failed")
     assert failed and "no_such_option" in failed[0]["error"]
+    plain = [line for line in server.raw if not line.startswith("{")]
+    assert plain == [
+        f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {bad} refused:\n",
+        "  - [profiles.default.defaults] no_such_option: unknown option\n",
+    ]
+
+
+def test_a_policy_refused_at_start_is_said_plainly_once_for_all_workers(tmp_path: Path) -> None:
+    """A person starting the server reads why, as for a refused setting: the flag, the file
+    and each problem on its line, beside the start_failed JSON line; written once, by the first
+    worker, however many there are; an unreadable file is said as not read."""
+    bad = tmp_path / "policy.toml"
+    bad.write_text("[profiles.default.defaults]\nhccl_timeot = 1\n")
+    server = ProcessServer(["--workers", "2", "--policy", str(bad)])
+    assert server.start_refused() == 2
+    plain = [line for line in server.raw if not line.startswith("{")]
+    assert plain == [
+        f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {bad} refused:\n",
+        "  - [profiles.default.defaults] hccl_timeot: unknown option; did you mean "
+        "'hccl_timeout'?\n",
+    ]
+    missing = ProcessServer(["--policy", str(tmp_path / "none.toml")])
+    assert missing.start_refused() == 2
+    assert [line for line in missing.raw if not line.startswith("{")] == [
+        f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {tmp_path / 'none.toml'}: "
+        "cannot read: No such file or directory\n"
+    ]
 
 
 def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:

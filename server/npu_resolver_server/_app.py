@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
+from npu_resolver import PolicyError, PolicyReadError
 from npu_resolver_client.wire import pb
 
 from . import _logging
@@ -462,9 +464,10 @@ async def serve(
     metrics: Metrics | None = None,
     parent: int | None = None,
     marks: ReloadMarks | None = None,
+    tell_person: bool = False,
 ) -> int:
     """Run one worker until SIGTERM/SIGINT, or until its supervisor (`parent`) is gone, then
-    drain. Returns the exit status."""
+    drain. Returns the exit status. `tell_person`: see run_worker."""
     started = now_ns()
     first_stop: list[float] = []  # once stopping: when the first stop came (monotonic)
     drain_s = settings.drain_delay_seconds + settings.grace_seconds
@@ -482,6 +485,8 @@ async def serve(
             supervisor=parent,
         )
     except Exception as exc:  # bad policy, unreadable certificate, port taken
+        if tell_person and isinstance(exc, PolicyError):
+            _tell_refused_policy(exc)
         _start_failed(str(exc), worker)
         return 2
     stop = asyncio.Event()
@@ -658,9 +663,12 @@ def run_worker(
     serve_metrics: bool = True,
     parent: int | None = None,
     marks_folder: Path | None = None,
+    tell_person: bool = True,
 ) -> int:
     """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
-    pid, for a worker of --workers (it stops when the supervisor is gone)."""
+    pid, for a worker of --workers (it stops when the supervisor is gone). `tell_person`: a
+    policy refused at start is also written as a person reads it (the server's first start,
+    once for all its workers; a restart's is logged only)."""
     hold_sighup()
     _logging.configure(settings.log_level, settings.call_log)
     flush_spans = None
@@ -686,12 +694,34 @@ def run_worker(
     marks = ReloadMarks(marks_folder) if marks_folder is not None else None
     try:
         return asyncio.run(
-            serve(settings, worker=worker, metrics=metrics, parent=parent, marks=marks)
+            serve(
+                settings,
+                worker=worker,
+                metrics=metrics,
+                parent=parent,
+                marks=marks,
+                tell_person=tell_person,
+            )
         )
     finally:
         _logging.flush_calls()  # a worker leaves with os._exit: atexit would not write them
         if flush_spans is not None:
             flush_spans()
+
+
+def _tell_refused_policy(refused: PolicyError) -> None:
+    """A policy refused at start as a person reads it, beside the start_failed JSON line a log
+    pipeline reads (as a refused setting is): the flag, the file, each problem on its line."""
+    said = "".join(f"\n  - {problem}" for problem in refused.problems)
+    if isinstance(refused, PolicyReadError):  # not read at all: its one problem is why
+        said = f": {'; '.join(refused.problems)}"
+    else:
+        said = f" refused:{said}"
+    print(
+        f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {refused.source}{said}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _start_failed(error: str, worker: int) -> None:

@@ -74,6 +74,8 @@ def _child(
     parent: int,
     marks: Path | None,
     inherited: tuple[int, ...] = (),
+    *,
+    first_start: bool = False,
 ) -> None:
     """In the forked child: run one worker and never return into the parent's code. `parent`
     is the supervisor's pid as read before the fork (read after it, a supervisor already gone
@@ -95,7 +97,12 @@ def _child(
         from ._app import run_worker
 
         code = run_worker(
-            settings, worker=worker, serve_metrics=False, parent=parent, marks_folder=marks
+            settings,
+            worker=worker,
+            serve_metrics=False,
+            parent=parent,
+            marks_folder=marks,
+            tell_person=first_start and worker == 0,
         )
     except BaseException as exc:
         say("worker_failed", "ERROR", worker=worker, error=repr(exc))
@@ -299,7 +306,10 @@ class Supervisor:
                 return
             pid = os.fork()
             if pid == 0:
-                _child(self.settings, worker, parent, self.marks, self._own_sockets)
+                first = worker not in self._restarting
+                _child(
+                    self.settings, worker, parent, self.marks, self._own_sockets, first_start=first
+                )
             self.children[pid] = worker
             self._spawned[pid] = self._clock()
         finally:
