@@ -124,7 +124,11 @@ def test_refuses_one_products_table_written_under_two_aliases() -> None:
         "[profiles.default.products.atlas-a2.defaults]\nhccl_timeout = 3600\n"
         '[profiles.default.products."Atlas A2".defaults]\nhccl_timeout = 7200\n'
     )
-    assert '[profiles.default.products."Atlas A2".defaults] repeats a product table' in message
+    assert (
+        '[profiles.default.products."Atlas A2".defaults] repeats '
+        "[profiles.default.products.atlas-a2.defaults]: both name atlas-a2, whose table is "
+        "written once, under one of its names"
+    ) in message
 
 
 @pytest.mark.parametrize(("kind", "value"), [("defaults", "1"), ("locked", '"x"')])
@@ -578,6 +582,28 @@ def test_policy_check_says_when_no_profile_is_the_default_one() -> None:
     only_named = parse_policy("[profiles.debug.defaults]\nhccl_timeout = 3600\n", "p.toml")
     assert only_named.summary()["no_default_profile"][0].endswith("its locks included")
     assert "no_default_profile" not in parse_policy(EXAMPLE, "p.toml").summary()
+
+
+def test_a_product_table_named_by_one_chip_is_said_to_reach_every_chip_of_its_product() -> None:
+    """[...products.Ascend910B4] is atlas-a2's table: a job on Ascend910B1 gets its values
+    too (the resolver tells products apart, not chips), which the writer of a per-chip table
+    most likely did not mean; the summary says so. A product of one chip (Ascend310P3) or a
+    table named by the product is not flagged."""
+    policy = parse_policy(
+        '[profiles.default.products.ascend910b4.locked]\naicore_num = "20|40"\n'
+        "[profiles.default.products.Ascend310P3.defaults]\nhccl_timeout = 680\n"
+        "[profiles.default.products.atlas-a3.defaults]\nhccl_timeout = 3600\n",
+        "p.toml",
+    )
+    assert policy.summary()["tables_named_by_a_chip"] == [
+        "[profiles.default.products.ascend910b4.locked] names the chip Ascend910B4, but applies "
+        "to every atlas-a2 job, whichever its chip (Ascend910B1, Ascend910B2, Ascend910B2C, "
+        "Ascend910B3, Ascend910B4-1): the resolver tells products apart, not chips; name the "
+        "table by the product"
+    ]
+    other_chip = npu_resolver.resolve(npu_resolver.ResolveRequest("Ascend910B1"), policy=policy)
+    assert other_chip.provenance["aicore_num"].source is npu_resolver.Source.POLICY_LOCKED
+    assert "tables_named_by_a_chip" not in parse_policy(EXAMPLE, "p.toml").summary()
 
 
 def test_a_profile_no_request_can_name_is_refused() -> None:

@@ -178,7 +178,6 @@ def round_hccl_timeout(state: State) -> None:
         # Whoever wrote the value is told where to write the one that takes effect.
         if slot.source in (Source.POLICY, Source.POLICY_LOCKED):
             who = f"the policy's hccl_timeout {value} ({slot.detail})"
-            kind = "locked" if slot.source is Source.POLICY_LOCKED else "defaults"
             fix = f"the policy can say {rounded} in [{_product_table(slot, state.pid)}]"
         elif slot.source is Source.ENV:
             who = f"hccl_timeout {value} from {slot.env_var}"

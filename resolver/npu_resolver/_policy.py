@@ -32,7 +32,7 @@ from typing import Any, Final
 from ._catalog import CATALOG, Catalog
 from ._fingerprint import alike_numbers, canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
-from ._products import PRODUCT_IDS, listed, product_id
+from ._products import PRODUCT_IDS, alias_key, chips, listed, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
 from ._values import Problem, config_shape, parse, show
@@ -110,6 +110,8 @@ class PolicyReadError(PolicyError):
 class _Table:
     path: str
     values: Mapping[str, JSON]
+    chip: str = ""
+    """The SoC version the table was named by ('Ascend910B4'), when its product has others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +204,9 @@ class Policy:
         }
         if DEFAULT_PROFILE not in self._profiles:
             summary["no_default_profile"] = [self._no_default_profile()]
+        by_chip = self.chip_named_tables()
+        if by_chip:
+            summary["tables_named_by_a_chip"] = by_chip
         shadowed = self.shadowed_defaults()
         if shadowed:
             summary["defaults_that_never_act"] = shadowed
@@ -209,6 +214,22 @@ class Policy:
         if unsupported:
             summary["values_that_never_act"] = unsupported
         return summary
+
+    def chip_named_tables(self) -> list[str]:
+        """Product tables named by one chip of a product that has several: a table for
+        Ascend910B4 reaches every atlas-a2 job (a job names its product, or a chip the
+        resolver reads as its product), which its writer most likely did not mean."""
+        notes = []
+        for _, profile in sorted(self._profiles.items()):
+            for (pid, _), table in sorted(profile.tables.items(), key=lambda i: i[1].path):
+                if table.chip and pid is not None:
+                    others = ", ".join(c for c in chips(pid) if c != table.chip)
+                    notes.append(
+                        f"[{table.path}] names the chip {table.chip}, but applies to every "
+                        f"{pid} job, whichever its chip ({others}): the resolver tells "
+                        "products apart, not chips; name the table by the product"
+                    )
+        return notes
 
     def _no_default_profile(self) -> str:
         """A policy without a `default` profile reaches only the jobs that name a profile:
@@ -471,7 +492,10 @@ def _read_tables(
                     problems.append(f"[{table}] must be a table of option = value")
                     continue
                 if (pid, kind) in tables:
-                    problems.append(f"[{table}] repeats a product table under another alias")
+                    problems.append(
+                        f"[{table}] repeats [{tables[(pid, kind)].path}]: both name {pid}, "
+                        "whose table is written once, under one of its names"
+                    )
                     continue
                 for key, value in values.items():
                     if key not in catalog:
@@ -487,9 +511,20 @@ def _read_tables(
                     problems += _check_value(
                         catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
-                tables[(pid, kind)] = _Table(table, {k: as_carried(v) for k, v in values.items()})
+                carried = {k: as_carried(v) for k, v in values.items()}
+                tables[(pid, kind)] = _Table(table, carried, _chip(path, pid))
         profiles[name] = _Profile(tables)
     return profiles, problems
+
+
+def _chip(path: str, pid: str | None) -> str:
+    """The SoC version a product table's path names it by, when the product has several
+    (its table applies to them all: the resolver tells products apart, not chips)."""
+    if pid is None:
+        return ""
+    named = alias_key(path.rsplit(".products.", 1)[-1].strip('"'))
+    found = [chip for chip in chips(pid) if alias_key(chip) == named]
+    return found[0] if found and len(chips(pid)) > 1 else ""
 
 
 def as_carried(value: Any) -> Any:

@@ -314,6 +314,17 @@ _MAX_NAME: Final = 256
 """A longer text is still looked up (spaces do not count), but not kept."""
 
 
+def chips(pid: str) -> tuple[str, ...]:
+    """The SoC version strings that name the product (its aliases that begin 'Ascend', as
+    the runtime's SoC versions do): 'Ascend910B1' ... for atlas-a2."""
+    return _CHIPS.get(pid, ())
+
+
+_CHIPS: Final = {
+    p.id: tuple(a for a in p.aliases if alias_key(a).startswith("ascend")) for p in PRODUCTS
+}
+
+
 def product_id(text: str) -> str | None:
     """The canonical id for an id, display name or SoC string; None when unknown."""
     text = plain_text(text)

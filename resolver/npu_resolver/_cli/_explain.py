@@ -54,7 +54,13 @@ def render_policy_summary(file: str, summary: dict[str, Any]) -> str:
     for name, tables in summary["profiles"].items():
         lines.append(f"  {shown(name)}")
         lines += [f"    {shown(table)}: {shown(', '.join(keys))}" for table, keys in tables.items()]
-    headings = ("no_default_profile", "defaults_that_never_act", "values_that_never_act", _SAID)
+    headings = (
+        "no_default_profile",
+        "tables_named_by_a_chip",
+        "defaults_that_never_act",
+        "values_that_never_act",
+        _SAID,
+    )
     for heading in headings:
         if summary.get(heading):  # as the JSON, which leaves an empty list out
             lines += [heading, *(f"  - {shown(line)}" for line in summary[heading])]
