@@ -728,7 +728,9 @@ def test_r_hct_3_a_value_for_every_product_one_product_refuses_names_its_own_tab
         "p.toml: [profiles.default.defaults] hccl_timeout: hccl_timeout 20000 is outside "
         "(0, 17340] on atlas-300i-duo; use a value in that range. (R-HCT-3); give "
         "atlas-300i-duo a value of its own, as in "
-        "[profiles.default.products.atlas-300i-duo.defaults]"
+        "[profiles.default.products.atlas-300i-duo.defaults], or write this one in the "
+        "defaults tables of atlas-350, atlas-a3, atlas-a2 instead of "
+        "[profiles.default.defaults]"
     )
     # A value every product refuses has no such remedy.
     assert refused("[profiles.default.defaults]\nhccl_timeout = nan\n") == (
@@ -746,7 +748,8 @@ def test_r_pm_4_a_value_for_every_product_several_products_refuse_names_each_of_
         "p.toml: [profiles.default.defaults] precision_mode: value 'allow_mix_precision_bf16' "
         "is not supported on atlas-training (R-PM-4); give each of atlas-training, "
         "atlas-300i-duo a value of its own, as in "
-        "[profiles.default.products.atlas-training.defaults]"
+        "[profiles.default.products.atlas-training.defaults], or write this one in the "
+        "defaults tables of atlas-350, atlas-a3, atlas-a2 instead of [profiles.default.defaults]"
     )
 
 

@@ -361,7 +361,7 @@ def _check_value(
     problem = f"[{table}] {key}: {refusal}"
     takers = [p for p in pids if p not in refusals and _exists(catalog, p, key)]
     if not scoped and takers:  # a product's own value is the remedy only when others take it
-        problem += _own_table(table, pid, list(refusals))
+        problem += _own_table(table, pid, list(refusals), takers)
     return [problem]
 
 
@@ -383,12 +383,17 @@ def _exists(catalog: Catalog, pid: str, key: str) -> bool:
     return view.product_ok and not view.option.unsupported_version
 
 
-def _own_table(table: str, pid: str, refusing: list[str]) -> str:
-    """The remedy for a value for every product that some products refuse: their own tables,
-    whose values replace the shared one there."""
+def _own_table(table: str, pid: str, refusing: list[str], takers: list[str]) -> str:
+    """The remedies for a value for every product that some products refuse: their own
+    tables, whose values replace the shared one there, or (when they should have no value of
+    the policy's: another option stands for it there) the value in the tables of the products
+    that take it instead."""
     profile, kind = table.rsplit(".", 1)
     who = pid if len(refusing) == 1 else f"each of {', '.join(refusing)}"
-    return f"; give {who} a value of its own, as in [{profile}.products.{pid}.{kind}]"
+    return (
+        f"; give {who} a value of its own, as in [{profile}.products.{pid}.{kind}], or write "
+        f"this one in the {kind} tables of {listed(takers)} instead of [{table}]"
+    )
 
 
 def _reached(
