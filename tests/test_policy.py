@@ -606,6 +606,47 @@ def test_a_product_table_named_by_one_chip_is_said_to_reach_every_chip_of_its_pr
     assert "tables_named_by_a_chip" not in parse_policy(EXAMPLE, "p.toml").summary()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "[profiles.default.defaults]\nHCCL_EXEC_TIMEOUT = 600\n",
+            "[profiles.default.defaults] HCCL_EXEC_TIMEOUT: unknown option; HCCL_EXEC_TIMEOUT is "
+            "an environment variable (R-HCT-4), which a policy cannot set: a job's environment "
+            "is its own; set the option hccl_timeout instead",
+        ),
+        (
+            '[profiles.default.locked]\nNPU_COLLECT_PATH = "/x"\n',
+            "[profiles.default.locked] NPU_COLLECT_PATH: unknown option; NPU_COLLECT_PATH is an "
+            "environment variable (R-EXD-2), which a policy cannot set: a job's environment is "
+            "its own",
+        ),
+        (
+            '[profiles.default.defaults]\ndynamic_dims = "1,2"\n',
+            "[profiles.default.defaults] dynamic_dims: unknown option: the source names it under "
+            'dynamic_inputs_shape_range ("dynamic_dims wins" when both are set) but has no entry '
+            "for it in version 900, so the resolver cannot check it; remove it",
+        ),
+        (
+            "[profiles.default.products.atlas-a2]\ndefault = 1\n",
+            "[profiles.default.products.atlas-a2] default: unknown key; use defaults, locked",
+        ),
+        (
+            "[profiles.default.defaults]\nhccl_timeout = 1\nx = [\n1,\n",
+            "invalid TOML: Invalid value (at the end of the file, after line 4: an array, table "
+            "or string opened there or before is not closed)",
+        ),
+    ],
+    ids=["r-hct-4 variable", "r-exd-2 variable", "mentioned only", "product key", "unclosed"],
+)
+def test_a_refused_policy_key_is_said_as_what_it_is(text: str, said: str) -> None:
+    """A job's environment variable written as an option (what a policy cannot set, and the
+    option that can), a name the source mentions without documenting it (not a near option's
+    misspelling), a product table's unknown key (with the keys it takes), and a file left
+    open (tomllib names no line: the last one is)."""
+    assert refused(text) == f"p.toml: {said}"
+
+
 def test_a_profile_no_request_can_name_is_refused() -> None:
     """A request with an empty profile gets "default": values under an empty name would load
     and never act."""

@@ -32,6 +32,7 @@ from typing import Any, Final
 from ._catalog import CATALOG, Catalog
 from ._fingerprint import alike_numbers, canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
+from ._options import ENV_VAR_RULES, MENTIONED_ONLY
 from ._products import PRODUCT_IDS, alias_key, chips, listed, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
@@ -485,7 +486,7 @@ def _read_tables(
                 problems.append(f"[{scope}] must be a table")
                 continue
             for key in sorted(set(pbody) - set(KINDS)):
-                problems.append(f"[{scope}] {toml_key(key)}: unknown key")
+                problems.append(f"[{scope}] {toml_key(key)}: unknown key; use defaults, locked")
             scopes.append((pid, scope, pbody))
         for pid, path, scope_body in scopes:
             for kind in KINDS:
@@ -506,11 +507,8 @@ def _read_tables(
                     if key not in catalog:
                         # A close name is sought for the problems listed, not for a file of
                         # thousands of bad keys (each search costs up to a millisecond).
-                        hint = catalog.suggest(key) if len(problems) < MAX_PROBLEMS else ""
-                        problems.append(
-                            f"[{table}] {toml_key(key)}: unknown option"
-                            + (f"; did you mean {hint!r}?" if hint else "")
-                        )
+                        sought = len(problems) < MAX_PROBLEMS
+                        problems.append(f"[{table}] {_unknown_option(catalog, key, sought)}")
                         continue
                     pids = [pid] if pid else _reached(scopes, kind, key, inherited)
                     problems += _check_value(
@@ -530,6 +528,26 @@ def _chip(path: str, pid: str | None) -> str:
     named = alias_key(path.rsplit(".products.", 1)[-1].strip('"'))
     found = [chip for chip in chips(pid) if alias_key(chip) == named]
     return found[0] if found and len(chips(pid)) > 1 else ""
+
+
+def _unknown_option(catalog: Catalog, key: str, sought: bool) -> str:
+    """An unknown key of a defaults or locked table, said as a job's config would hear it: an
+    environment variable rules.md names (which a policy cannot set: it is the job's own), a
+    name the source mentions without documenting it, else the closest option when `sought`."""
+    said = f"{toml_key(key)}: unknown option"
+    variable_rule = ENV_VAR_RULES.get(key)
+    if variable_rule is not None:
+        option = next((o.name for o in catalog.options if o.env == key), "")
+        said += (
+            f"; {key} is an environment variable ({variable_rule}), which a policy cannot set: "
+            "a job's environment is its own"
+        )
+        return said + (f"; set the option {option} instead" if option else "")
+    mentioned = MENTIONED_ONLY.get(key)
+    if mentioned is not None:
+        return f"{said}: {mentioned}, so the resolver cannot check it; remove it"
+    hint = catalog.suggest(key) if sought else ""
+    return said + (f"; did you mean {hint!r}?" if hint else "")
 
 
 def as_carried(value: Any) -> Any:
@@ -801,6 +819,12 @@ def _toml_problem(text: str, exc: ValueError) -> str:
         return "invalid TOML: a number has too many digits to be an option's value"
     if said.startswith("Cannot overwrite a value"):
         said += " (a key or table written twice?)"
+    if said.endswith("(at end of document)"):  # tomllib names no line: the last one is
+        lines = len(text.splitlines())
+        said = said.removesuffix("(at end of document)") + (
+            f"(at the end of the file, after line {lines}: an array, table or string "
+            "opened there or before is not closed)"
+        )
     if _LOOKS_LIKE_JSON_OR_YAML.match(text):
         said += "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"
     return f"invalid TOML: {said}"
