@@ -26,7 +26,7 @@ from ._model import (
 )
 from ._products import BY_ID, Family
 from ._schema import Mode
-from ._values import Parsed, parse
+from ._values import Parsed, parse, show
 
 if TYPE_CHECKING:
     from ._values import Problem
@@ -275,4 +275,7 @@ class State:
             detail=detail,
         )
         if slot.is_set:
+            if slot.source in (Source.POLICY, Source.POLICY_LOCKED) and "policy" not in message:
+                # whose value gave way, unless the rule's words already say it
+                message += f" The policy's {name} {show(slot.value)} ({slot.detail}) gives way."
             self.emit(Code.FORCED, name, rule, message)
