@@ -965,6 +965,17 @@ def test_r_pm_3_policy_check_blames_a_refused_lock_for_its_error_only() -> None:
     assert len(said) == 1 and "ERROR UNSUPPORTED_VALUE (R-PM-3)" in said[0]
 
 
+def test_r_pm_3_policy_check_tells_the_platform_team_to_change_its_lock_a_job_to_ask_them() -> None:
+    """The same refusal, in the words of each reader: a job is sent to the platform team;
+    `policy check`, which the platform team reads, tells them to change the lock."""
+    policy = parse_policy('[profiles.default.locked]\nprecision_mode = "force_fp16"\n')
+    (said,) = [s.text for s in npu_resolver.diagnostics_from_policy(policy)]
+    assert said.endswith("a value that is only for online inference; change the lock.")
+    job = resolve(ResolveRequest("atlas-a2"), policy=policy)
+    (refused_,) = [d for d in job.diagnostics if d.code is npu_resolver.Code.UNSUPPORTED_VALUE]
+    assert refused_.message.endswith("; ask the platform team to change the lock.")
+
+
 @pytest.mark.parametrize(
     ("defaults", "option", "settled"),
     [

@@ -33,6 +33,7 @@ from ._catalog import CATALOG, Catalog
 from ._fingerprint import alike_numbers, canonical_json
 from ._model import JSON, Code, Resolution, ResolveRequest, Severity, cut_text
 from ._options import ENV_VAR_RULES, MENTIONED_ONLY
+from ._precedence import ASK_THE_PLATFORM
 from ._products import PRODUCT_IDS, alias_key, chips, listed, product_id
 from ._schema import MODE_OPTION, Mode
 from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
@@ -675,6 +676,12 @@ _TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]++|\\.)*+"|[^\]"]++)*
 Possessive: a megabyte-long table path holds no backtracking point per character."""
 
 
+def _for_the_platform(message: str) -> str:
+    """A job's message as `policy check` tells it the platform team, who write the lock: not
+    sent to themselves."""
+    return message.replace(ASK_THE_PLATFORM, "change the lock")
+
+
 def _names(option: str, text: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) is not None
 
@@ -689,7 +696,7 @@ def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, s
             continue
         text = _TABLE_PATH.sub("", d.message)
         detail = layer.locked[d.option].detail.split("[", 1)[-1]
-        what = f"{d.message} ({d.rule}) [{detail}"
+        what = f"{_for_the_platform(d.message)} ({d.rule}) [{detail}"
         others = [o for o in layer.locked if o != d.option and _names(o, text)]
         if others:  # each side's table: the other lock may be the default profile's
             tables = "; ".join(
@@ -774,7 +781,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             line += f", for {_profiles(profiles)}"
         if len({pid for pid, _ in said.reached}) > 1 and said.first in said.message:
             line += f" (as said on {said.first})"
-        lines.append(PolicySays(severity, f"{line}: {said.message}"))
+        lines.append(PolicySays(severity, f"{line}: {_for_the_platform(said.message)}"))
     return sorted(lines, key=lambda says: says.text)
 
 

@@ -33,6 +33,10 @@ _UNSET: Final = unset()
 _S = TypeVar("_S")
 
 
+ASK_THE_PLATFORM: Final = "ask the platform team to change the lock"
+"""A job's remedy for a lock, which `policy check` tells the platform team as its own."""
+
+
 def effective_mode(
     state: State, explicit: Mapping[str, tuple[JSON, JSON]], layer: PolicyLayer
 ) -> Mode:
@@ -142,7 +146,7 @@ def _locked(asked: _Asked) -> Decision:
             name,
             gate.rule,
             f"the policy locks {name} to {show(value)} ({lock.detail}), a value that "
-            f"{why_refused(state, gate)}; ask the platform team to change the lock.",
+            f"{why_refused(state, gate)}; {ASK_THE_PLATFORM}.",
         )
         return None
     wanted = given[0] if given is not None else from_env
@@ -160,7 +164,7 @@ def _locked(asked: _Asked) -> Decision:
             name,
             option.rule,
             f"{via} is replaced by the policy's locked value {show(value)} "
-            f"({lock.detail}); ask the platform team to change the lock.",
+            f"({lock.detail}); {ASK_THE_PLATFORM}.",
         )
     return _locked_slot(lock, option, value, requested)
 
