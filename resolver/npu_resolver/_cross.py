@@ -293,7 +293,8 @@ def _policy_default_gives_way(
             name,
             rule,
             f"the policy's default {name} {show(slot.value)} ({slot.detail}) cannot be combined "
-            f"with {other} {show(state.value(other))}, which {who}; {then}.",
+            f"with {other} {show(state.value(other))}, which {who}; {then}."
+            + state.strict_remedy(),
         )
         return True
     return False
@@ -663,7 +664,8 @@ def multistream_static_only(state: State) -> None:
                 "auto_multistream_parallel_mode",
                 "R-AMP-1",
                 "the policy's default auto_multistream_parallel_mode 'cv' cannot be combined "
-                "with ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1, which the job sets; it is left out.",
+                "with ENABLE_DYNAMIC_SHAPE_MULTI_STREAM=1, which the job sets; it is left out."
+                + state.strict_remedy(),
             )
             return
         state.conflict(

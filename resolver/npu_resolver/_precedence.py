@@ -291,7 +291,8 @@ def _policy_default(asked: _Asked) -> Decision:
                 name,
                 gate.rule,
                 f"the policy's default {name} {show(value)} ({entry.detail}) "
-                f"{why_refused(state, gate)}, so the documented default applies here.",
+                f"{why_refused(state, gate)}, so the documented default applies here."
+                + state.strict_remedy(),
             )
         return None
     return Slot(

@@ -151,6 +151,16 @@ _POLICY_ADVICE: Final = (
 )
 
 
+STRICT_UNDER_POLICY: Final = (
+    " Under strict a drop is an error, and this value is not the job's: name a profile "
+    "without it, or ask the platform team to move it to the profiles it suits."
+)
+STRICT_UNDER_LOCK: Final = (
+    " Under strict a drop is an error, and this value is the policy's lock, which no job "
+    "changes: ask the platform team to move it to the profiles it suits."
+)
+
+
 def via_policy(detail: str, name: str, message: str) -> str:
     """A drop message for an option the policy set: it says so, and where (the caller never
     wrote it); a gate's advice to remove the option, which the caller cannot follow and a
@@ -232,7 +242,15 @@ class State:
                 message = via_env(slot.env_var, f"{slot.env_var} sets {name}", message)
             elif slot.source in (Source.POLICY, Source.POLICY_LOCKED):
                 message = via_policy(slot.detail, name, message)
+                message += self.strict_remedy(locked=slot.source is Source.POLICY_LOCKED)
             self.emit(code, name, rule, message)
+
+    def strict_remedy(self, *, locked: bool = False) -> str:
+        """What a strict job does about a policy value it must not drop (its words, after the
+        drop's): nothing when the job is not strict, and the drop only a warning."""
+        if not self.strict:
+            return ""
+        return STRICT_UNDER_LOCK if locked else STRICT_UNDER_POLICY
 
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:
         """An error about the option's value: it leaves the effective config."""
