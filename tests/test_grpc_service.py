@@ -775,6 +775,25 @@ def test_diff_with_an_unknown_product_is_the_in_process_answer(client: ResolverC
     assert [d.code.value for d in remote.results["atlas-9000"].errors] == ["UNKNOWN_PRODUCT"]
 
 
+def test_a_diffs_rows_compare_only_the_products_resolved(client: ResolverClient) -> None:
+    """An unknown product has no cell in any row: it takes no part in `same`, so `differing`
+    holds what the known products differ in (every row differed), as the CLI's table shows,
+    in process and through a server alike."""
+    request_ = ResolveRequest(product="", config={"hccl_timeout": 600})
+    products = ["atlas-training", "atlas-a2", "nope"]
+    for answer in (client.diff(request_, products), npu_resolver.diff(request_, products)):
+        assert [row.option for row in answer.differing] == [
+            "input_batch_cpy",
+            "precision_mode_v2",
+            "precision_mode",
+            "hccl_timeout",
+        ]
+        known = answer.only(["atlas-training", "atlas-a2"])
+        assert [row.option for row in known.differing] == [row.option for row in answer.differing]
+        (mode,) = [row for row in answer.rows if row.option == "graph_run_mode"]
+        assert mode.same and mode.cells["nope"] is None
+
+
 def test_list_products_and_catalog(client: ResolverClient) -> None:
     assert client.list_products() == npu_resolver.list_products()
     # What a product supports is not on the wire: a product described as this package's own

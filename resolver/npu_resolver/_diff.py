@@ -6,7 +6,7 @@ value or source, and which disappear.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -153,12 +153,13 @@ class DiffResult:
                 f"this diff has no column for {', '.join(map(repr, missing))}; "
                 f"its products are {', '.join(self.products)}"
             )
+        results = {pid: self.results[pid] for pid in products}
+        compared = _compared(results)
         rows = []
         for row in self.rows:
             cells = {pid: row.cells.get(pid) for pid in products}
             if any(cell is not None for cell in cells.values()):
-                rows.append(DiffRow(row.option, cells, same=_same(row.option, cells)))
-        results = {pid: self.results[pid] for pid in products}
+                rows.append(DiffRow(row.option, cells, same=_same(row.option, cells, compared)))
         return DiffResult(tuple(products), results, tuple(rows))
 
     def to_json(self) -> dict[str, JSON]:
@@ -230,6 +231,7 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
     results: dict[str, Resolution] = {}
     for product, result in columns:
         results[result.product or product] = result
+    compared = _compared(results)
     rows = []
     for option in catalog.options:
         cells: dict[str, DiffCell | None] = {}
@@ -242,12 +244,24 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
                 cells[pid] = None
         if all(cell is None for cell in cells.values()):
             continue
-        rows.append(DiffRow(option.name, cells, same=_same(option.name, cells)))
+        rows.append(DiffRow(option.name, cells, same=_same(option.name, cells, compared)))
     return DiffResult(tuple(results), results, tuple(rows))
 
 
-def _same(option: str, cells: Mapping[str, DiffCell | None]) -> bool:
-    """Every product has the option alike: equal as JSON is equal (an object's keys in another
-    order, 2.0 and 2), as the fingerprint has it (repr() told those apart), from one source."""
-    values = {None if c is None else (fragment(option, c.value), c.source) for c in cells.values()}
-    return len(values) == 1
+def _compared(results: Mapping[str, Resolution]) -> frozenset[str]:
+    """The columns a row's `same` compares: the products resolved. One not resolved at all (an
+    unknown product, a config not read: no option in its answer) has no cell in any row, and
+    counted, would make every row differ and hide what the others differ in."""
+    return frozenset(pid for pid, result in results.items() if result.options)
+
+
+def _same(option: str, cells: Mapping[str, DiffCell | None], compared: Collection[str]) -> bool:
+    """Every product compared has the option alike: equal as JSON is equal (an object's keys in
+    another order, 2.0 and 2), as the fingerprint has it (repr() told those apart), from one
+    source."""
+    values = {
+        None if c is None else (fragment(option, c.value), c.source)
+        for pid, c in cells.items()
+        if pid in compared
+    }
+    return len(values) <= 1

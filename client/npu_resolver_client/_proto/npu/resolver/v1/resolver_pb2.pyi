@@ -685,7 +685,9 @@ class DiffRow(_message.Message):
     option: _builtins.str
     """The option name."""
     same: _builtins.bool
-    """True when every product has the same value from the same source (or all lack it)."""
+    """True when every product resolved has the same value from the same source (or all lack
+    it); a product not resolved at all (unknown: its result holds no option) takes no part.
+    """
     @_builtins.property
     def cells(self) -> _containers.MessageMap[_builtins.str, Global___DiffCell]:
         """Product id to the option's value and source there; a product where the option is absent
