@@ -1631,6 +1631,24 @@ def test_a_serve_flag_given_twice_is_a_usage_error_before_anything_starts(
     assert "serving" not in proc.stderr
 
 
+def test_the_packages_say_their_version_as_installed_and_read_it_only_when_asked() -> None:
+    """`npu_resolver.__version__` and `npu_resolver_client.__version__` are the installed
+    distribution's (what a tool logs beside a report); reading it costs an import of
+    importlib.metadata, which a cold `import npu_resolver` does not pay."""
+    from importlib.metadata import version
+
+    script = (
+        "import sys, npu_resolver, npu_resolver_client;"
+        "cold = 'importlib.metadata' in sys.modules;"
+        "print(cold, npu_resolver.__version__, npu_resolver_client.__version__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    program = version("npu-config-resolver")
+    assert out == ["False", program, program]
+
+
 def test_version_names_the_program_and_the_catalog() -> None:
     """What a bug report needs: the program's version and the source document's."""
     from importlib.metadata import version

@@ -35,7 +35,9 @@ _LAZY = {
         "_client",
     ),
     # The core's types the answers hold, for a caller's own annotations.
-    **dict.fromkeys(("Diagnostic", "DiffResult", "Product", "Provenance"), "npu_resolver"),
+    **dict.fromkeys(
+        ("Diagnostic", "DiffResult", "Product", "Provenance", "__version__"), "npu_resolver"
+    ),
     **dict.fromkeys(
         (
             "FieldViolation",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
         Provenance,
         Resolution,
         ResolveRequest,
+        __version__,
     )
 
     from ._client import (
@@ -121,6 +124,7 @@ __all__ = [
     "ResolverClient",
     "ResolverClientError",
     "ResolverUnavailable",
+    "__version__",
     "channel_options",
     "remote_resolve",
 ]

@@ -29,6 +29,7 @@ from ._products import PRODUCTS, Family, Product, product_id
 from ._state import PolicyEntry, PolicyLayer, PolicyLike
 
 _LAZY = {
+    "__version__": "_version",
     "describe_catalog": "_describe",
     "describe_option": "_describe",
     "list_products": "_describe",
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
         parse_policy,
         policy_file_digest,
     )
+    from ._version import __version__
 
 __all__ = [
     "CATALOG",
@@ -133,6 +135,7 @@ __all__ = [
     "ResolveRequest",
     "Severity",
     "Source",
+    "__version__",
     "check_diff_products",
     "config_refused",
     "describe_catalog",

@@ -440,15 +440,10 @@ class _Version(argparse.Action):
 
 def _version_text() -> str:
     """What a bug report needs: the program and the source document its catalog restates."""
-    from importlib.metadata import PackageNotFoundError, version
-
     from .. import CATALOG_VERSION
+    from .._version import __version__
 
-    try:
-        program = version("npu-config-resolver")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        program = "unknown"
-    return f"npu-resolve {program} (catalog {CATALOG_VERSION})"
+    return f"npu-resolve {__version__} (catalog {CATALOG_VERSION})"
 
 
 def _output_arguments(
