@@ -1524,6 +1524,54 @@ def test_cli_without_tls_flags_against_a_tls_server_says_tls_may_be_why(
     assert proc.returncode == 3 and hint not in proc.stderr, proc.stderr
 
 
+def test_the_client_says_when_a_tls_mismatch_may_be_why_it_cannot_reach_the_server(
+    certs: dict[str, Path],
+) -> None:
+    """As the CLI does in its flags' words, the client names the likely cause in its own
+    arguments' words: a plaintext client at a TLS port ("Socket closed"), a TLS client at a
+    plaintext one, a client without a certificate at a server that requires one; blocking and
+    asyncio alike. A server that is not there gets no such hint."""
+    tls = ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])
+    mutual = ServerSettings(
+        port=0, tls_cert=certs["cert"], tls_key=certs["key"], tls_client_ca=certs["ca"]
+    )
+    cases = [
+        (tls, None, "; if the server speaks TLS, pass root_certificates (its CA bundle)"),
+        (
+            ServerSettings(port=0),
+            certs["ca"],
+            "; the server does not speak TLS there: leave out root_certificates, "
+            "certificate_chain and private_key",
+        ),
+        (
+            mutual,
+            certs["ca"],
+            "; if the server requires client certificates (mutual TLS), pass certificate_chain "
+            "and private_key",
+        ),
+    ]
+    for settings, roots, hint in cases:
+        with ThreadServer(settings) as server:
+            target = server.target
+            with (
+                ResolverClient(target, timeout=3, root_certificates=roots) as client,
+                pytest.raises(ResolverUnavailable) as blocking,
+            ):
+                client.resolve("atlas-a2")
+
+            async def call(target: str = target, roots: Path | None = roots) -> None:
+                async with AsyncResolverClient(target, timeout=3, root_certificates=roots) as c:
+                    await c.resolve("atlas-a2")
+
+            with pytest.raises(ResolverUnavailable) as awaited:
+                asyncio.run(call())
+        for error in (blocking.value, awaited.value):
+            assert str(error).endswith(hint), str(error)
+    with ResolverClient(target, timeout=1) as client, pytest.raises(ResolverUnavailable) as gone:
+        client.resolve("atlas-a2")  # the server stopped: the connection is refused
+    assert "TLS" not in str(gone.value)
+
+
 def test_metrics_count_calls() -> None:
     from prometheus_client import CollectorRegistry
 

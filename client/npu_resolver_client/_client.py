@@ -67,6 +67,7 @@ from ._convert import (
 from ._errors import (
     REPORT_AGAIN_ADVICE,
     REPORT_AGAIN_METADATA_KEY,
+    TLS_HINTS,
     Failure,
     FieldViolation,
     ResolveError,
@@ -342,13 +343,35 @@ _GRPC_DEADLINE: Final = "Deadline Exceeded"
 """gRPC's own words for a deadline that passed, which name neither the server nor the time."""
 
 
+def _tls_hint(settings: _Settings, said: str) -> str:
+    """Which of TLS_HINTS fits an UNAVAILABLE's text for a client so configured, or ""."""
+    if "WRONG_VERSION_NUMBER" in said:  # what a plaintext server answers TLS with
+        return TLS_HINTS["plaintext_server"]
+    if settings.tls and settings.certificate_chain is None:
+        # A server that requires a client certificate closes the handshake, which gRPC reports
+        # as any lost connection ("Socket closed", or another address's failure when the name
+        # has several): the likely cause is worth a line.
+        return TLS_HINTS["mutual_tls"]
+    if not settings.tls and "Socket closed" in said:
+        # What a TLS server's closing of a plaintext connection looks like (a server that is
+        # down refuses the connection instead).
+        return TLS_HINTS["tls_server"]
+    return ""
+
+
 def _failure(
-    closed: bool, error: ResolverClientError, target: str, deadline: float | None
+    closed: bool, error: ResolverClientError, settings: _Settings, deadline: float | None
 ) -> ResolverClientError:
     """A call close() cancelled says so, rather than a bare CANCELLED; a deadline that passed
-    names the server and the time (a tool that calls several resolvers can act on it)."""
+    names the server and the time (a tool that calls several resolvers can act on it); a
+    connection a TLS mismatch lost says the likely cause."""
+    target = settings.target
     if closed and error.code is grpc.StatusCode.CANCELLED:
         return _closed_during_call()
+    if error.code is grpc.StatusCode.UNAVAILABLE:
+        hint = _tls_hint(settings, error.details)
+        if hint:
+            return ResolverUnavailable(error.code, error.details + hint)
     if (
         error.code is grpc.StatusCode.DEADLINE_EXCEEDED
         and error.details == _GRPC_DEADLINE
@@ -872,7 +895,7 @@ class ResolverClient:
             )
             failure = from_rpc_error(error)
             deadline = self._settings.deadline(timeout)
-            raise _failure(self._closed, failure, self.target, deadline) from None
+            raise _failure(self._closed, failure, self._settings, deadline) from None
         except ValueError:
             # close() from another thread between the check above and the call: grpc raises
             # ValueError ("Cannot invoke RPC on closed channel!", "... Channel closed!").
@@ -1193,7 +1216,7 @@ class AsyncResolverClient:
             self.last_server_pid = _pid(trailing)
             failure = from_rpc_error(error, trailing)
             deadline = self._settings.deadline(timeout)
-            raise _failure(self._closed, failure, self.target, deadline) from None
+            raise _failure(self._closed, failure, self._settings, deadline) from None
         self.last_server_pid = _pid(trailing)
         return response
 

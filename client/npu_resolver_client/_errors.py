@@ -141,6 +141,21 @@ def _with_suggestion(details: str, resolution: Resolution | None) -> str:
     return details + hint
 
 
+TLS_HINTS: Final = {
+    "plaintext_server": (
+        "; the server does not speak TLS there: leave out root_certificates, certificate_chain "
+        "and private_key"
+    ),
+    "mutual_tls": (
+        "; if the server requires client certificates (mutual TLS), pass certificate_chain and "
+        "private_key"
+    ),
+    "tls_server": "; if the server speaks TLS, pass root_certificates (its CA bundle)",
+}
+"""The likely cause of an UNAVAILABLE that a TLS mismatch makes look like any lost connection,
+in this client's argument names (the CLI says its flags instead)."""
+
+
 class ResolverUnavailable(ResolverClientError):  # noqa: N818 - the documented name
     """The server could not be reached or did not answer within the deadline."""
 

@@ -34,7 +34,7 @@ from ._convert import (
     violation_field,
     wire_config,
 )
-from ._errors import REPORT_AGAIN_ADVICE, REPORT_AGAIN_METADATA_KEY, REPORT_CUT
+from ._errors import REPORT_AGAIN_ADVICE, REPORT_AGAIN_METADATA_KEY, REPORT_CUT, TLS_HINTS
 from ._proto.npu.resolver.v1 import resolver_pb2 as pb
 from ._proto.npu.resolver.v1 import resolver_pb2_grpc as pb_grpc
 
@@ -45,6 +45,7 @@ __all__ = [
     "REPORT_CUT",
     "SEVERITY_TO_PB",
     "SOURCE_TO_PB",
+    "TLS_HINTS",
     "LimitError",
     "NotSendableError",
     "NotTextError",

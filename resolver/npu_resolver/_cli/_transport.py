@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._model import Resolution, ResolveRequest
 from .._products import PRODUCTS
+
+_TLS_HINTS_AS_FLAGS: Final = {
+    "plaintext_server": "; the server does not speak TLS there: leave out the --tls-* flags",
+    "mutual_tls": (
+        "; if the server requires client certificates (mutual TLS), give --tls-cert and --tls-key"
+    ),
+    "tls_server": "; if the server speaks TLS, give --tls-ca (its CA bundle)",
+}
+"""The client's hints for a TLS mismatch (npu_resolver_client.wire.TLS_HINTS) in this command's
+words."""
 
 if TYPE_CHECKING:
     from .._diff import DiffResult
@@ -86,10 +96,6 @@ class Remote:
         except ImportError as exc:  # pragma: no cover - the client ships with the package
             raise UnreachableError(f"the gRPC client is not installed: {exc}") from exc
         self._client = ResolverClient(target, **credentials)
-        self._tls_without_own_certificate = bool(
-            credentials.get("root_certificates") and not credentials.get("certificate_chain")
-        )
-        self._plaintext = not any(credentials.get(k) for k in ("root_certificates", "private_key"))
 
     def _call(self, method: str, *args: Any) -> Any:
         """The client's call; its failures as the CLI's exit statuses: 3 when the server cannot
@@ -100,22 +106,12 @@ class Remote:
         try:
             return getattr(self._client, method)(*args)
         except ResolverUnavailable as exc:
-            hint = ""
-            if "WRONG_VERSION_NUMBER" in str(exc):  # what a plaintext server answers TLS with
-                hint = "; the server does not speak TLS there: leave out the --tls-* flags"
-            elif self._tls_without_own_certificate:
-                # A server that requires one closes the handshake, which gRPC reports as any
-                # lost connection ("Socket closed", or another address's failure when the
-                # name has several): the likely cause is worth a line.
-                hint = (
-                    "; if the server requires client certificates (mutual TLS), "
-                    "give --tls-cert and --tls-key"
-                )
-            elif self._plaintext and "Socket closed" in str(exc):
-                # What a TLS server's closing of a plaintext connection looks like here (a
-                # server that is down refuses the connection instead).
-                hint = "; if the server speaks TLS, give --tls-ca (its CA bundle)"
-            raise UnreachableError(f"{exc}{hint}") from exc
+            from npu_resolver_client.wire import TLS_HINTS
+
+            said = str(exc)
+            for cause, command_words in _TLS_HINTS_AS_FLAGS.items():  # the flags, not arguments
+                said = said.replace(TLS_HINTS[cause], command_words)
+            raise UnreachableError(said) from exc
         except ResolverClientError as exc:
             if getattr(exc, "resolution", None) is not None:
                 raise  # the request has errors, and this is the server's full report
