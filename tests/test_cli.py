@@ -1649,6 +1649,47 @@ def test_the_packages_say_their_version_as_installed_and_read_it_only_when_asked
     assert out == ["False", program, program]
 
 
+def _with_stderr(how: str, out: Path, *args: str, env: dict[str, str]) -> tuple[int, bytes]:
+    """The CLI under bash with its stderr redirected as `how` says (`2>&-`: closed; a pipe to
+    `true`: broken; /dev/full), stdout to `out`: the exit status and what stdout received."""
+    import shlex
+
+    command = " ".join(map(shlex.quote, [*CLI, *args]))
+    script = {
+        "closed": f"{command} 2>&- >{out}",
+        "broken": f"{command} 2>&1 >{out} | true; exit ${{PIPESTATUS[0]}}",
+        "full": f"{command} 2>/dev/full >{out}",
+    }[how]
+    code = subprocess.run(["bash", "-c", script], env=env, timeout=60, check=False).returncode
+    return code, out.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["closed", "broken", "full"])
+def test_a_note_with_no_stderr_to_take_it_costs_neither_the_answer_nor_the_exit_status(
+    how: str, tmp_path: Path
+) -> None:
+    """Notes (a rule's variable set in the shell but not sent, a --read-files path not here, an
+    --env name not read) go to stderr or nowhere: with stderr closed, print() wrote them to
+    stdout, in the middle of what a pipe parses or a shell sources (a config value in a note,
+    unquoted, ran when --format env was sourced); with it broken or full the answer was lost
+    and the exit status wrong. Nor does a usage error put its usage on stdout."""
+    env = {**_shell(), "HCCL_EXEC_TIMEOUT": "600"}
+    hostile, marker, out = tmp_path / "c.json", tmp_path / "ran", tmp_path / "job.env"
+    hostile.write_text(json.dumps({"op_debug_config": f"/nope/$(touch {marker}).cfg"}))
+    common = ["resolve", "--product", "atlas-a2", "--env", "HCCL_EXEC_TIMOT=1"]
+    code, written = _with_stderr(
+        how, out, *common, "--config", str(hostile), "--read-files", "--format", "env", env=env
+    )
+    assert code == 0 and written.startswith(b"# "), written
+    subprocess.run(["bash", "-c", f"source {out}"], check=True, timeout=30)
+    assert not marker.exists()
+    code, written = _with_stderr(
+        how, out, *common, "--set", "hccl_timeout=-1", "--format", "json", env=env
+    )
+    assert code == 1 and json.loads(written)["ok"] is False
+    assert _with_stderr(how, out, "resolve", "--bogus", env=env) == (2, b"")
+
+
 def test_version_names_the_program_and_the_catalog() -> None:
     """What a bug report needs: the program's version and the source document's."""
     from importlib.metadata import version

@@ -41,6 +41,8 @@ from ._render import (
     render_python,
     render_table,
 )
+from ._streams import warn as _warn
+from ._streams import write_line as _write
 from ._transport import InProcess, RefusedError, Remote, Transport, UnreachableError
 
 if TYPE_CHECKING:
@@ -82,7 +84,8 @@ class _Parser(argparse.ArgumentParser):
         return super().add_argument(*names, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
+        if sys.stderr is not None:  # closed (2>&-): never the usage on stdout, in a pipe's way
+            self.print_usage(sys.stderr)
         for action in self._actions:  # a missing command: named by the commands to give, not
             if isinstance(action, argparse._SubParsersAction) and message.endswith(  # the dest
                 f"required: {action.dest}"
@@ -148,20 +151,6 @@ class _OutputError(Exception):
     """Standard output is closed or refuses the answer (a full disk): exit status 2."""
 
 
-def _write(stream: Any, text: str) -> None:
-    """`text` and a newline as UTF-8, whatever the locale or PYTHONIOENCODING say: the JSON
-    and paths printed must not depend on them, nor fail on a character ASCII lacks."""
-    data = (text + "\n").encode("utf-8", "backslashreplace")
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a text stream put in its place
-        stream.write(text + "\n")
-        stream.flush()
-        return
-    stream.flush()
-    buffer.write(data)
-    buffer.flush()
-
-
 def _print(text: str) -> None:
     if sys.stdout is None:
         raise _OutputError("standard output is closed")
@@ -172,14 +161,6 @@ def _print(text: str) -> None:
     except (OSError, ValueError) as exc:  # ValueError: written to a closed file
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise _OutputError(f"standard output: {reason}") from exc
-
-
-def _warn(text: str) -> None:
-    """A line on stderr, when there is one to take it."""
-    if sys.stderr is None:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        _write(sys.stderr, text)
 
 
 def _drop_stdout() -> None:

@@ -26,6 +26,7 @@ from .._model import (
 from .._options import NAMED_ENV_VARS
 from .._schema import OptType
 from .._values import BOOL_TEXTS, show, too_deep_value
+from ._streams import warn
 
 if TYPE_CHECKING:
     from .._policy import Policy, PolicyError
@@ -147,11 +148,9 @@ def _opened(path: str, what: str) -> int:
             waiting = select.poll()
             waiting.register(fd, select.POLLIN | select.POLLHUP)
             if not waiting.poll(int(WRITER_NOTICE_S * 1000)):
-                print(
+                warn(
                     f"npu-resolve: waiting for {what} from the named pipe {printable(path)}: "
-                    "nothing is written to it yet (Ctrl-C stops)",
-                    file=sys.stderr,
-                    flush=True,
+                    "nothing is written to it yet (Ctrl-C stops)"
                 )
                 waiting.poll()
         os.set_blocking(fd, True)
@@ -208,10 +207,9 @@ def _attachments(args: argparse.Namespace, config: dict[str, JSON]) -> dict[str,
             if file.is_file():
                 attached[option] = _read_attachment(option, str(file))
             else:  # said, since its rules stay NOT_CHECKED whatever the flag asked
-                print(
+                warn(
                     f"npu-resolve: note: --read-files: {option} names {printable(str(file))}, "
-                    "which is not a file here; not attached",
-                    file=sys.stderr,
+                    "which is not a file here; not attached"
                 )
     for option, path in given.items():
         if option not in CONTENT_RULES:
@@ -293,10 +291,9 @@ def _note_unread_env(given: Mapping[str, str]) -> None:
         if name not in NAMED_ENV_VARS:
             close = closest(name.upper(), NAMED_ENV_VARS)  # `home` is not HOME, yet meant it
             hint = f"; did you mean {close}?" if close else ""
-            print(
+            warn(
                 f"npu-resolve: note: --env {name} is not a variable the resolver reads, so it "
-                f"has no effect{hint}",
-                file=sys.stderr,
+                f"has no effect{hint}"
             )
 
 
@@ -311,11 +308,10 @@ def _note_unsent_env(given: Mapping[str, str]) -> None:
     asked = {name.upper() for name in given}  # `--env ascend_device_id` has its own note
     unsent = sorted(k for k in UNSENT_NOTED if os.environ.get(k, "").strip() and k not in asked)
     if unsent:
-        print(
+        warn(
             f"npu-resolve: note: {', '.join(unsent)} {'is' if len(unsent) == 1 else 'are'} set "
             "in this shell but not sent; --inherit-env sends the rules' variables of this shell "
-            "(or give them with --env)",
-            file=sys.stderr,
+            "(or give them with --env)"
         )
 
 
@@ -326,10 +322,9 @@ def _note_replaced(replaced: Mapping[str, JSON], config: Mapping[str, JSON]) -> 
     for name, before in replaced.items():
         after = config[name]
         if after is not before and (type(after) is not type(before) or after != before):
-            print(
+            warn(
                 f"npu-resolve: note: --set {name} replaces the config's {show(before)} with "
-                f"{show(after)}",
-                file=sys.stderr,
+                f"{show(after)}"
             )
 
 
