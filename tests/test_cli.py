@@ -1159,6 +1159,20 @@ def test_python_format_keeps_object_options_as_comments_holding_their_values() -
     assert len(notes) == 1 and "dump_config" in notes[0]
 
 
+def test_readme_worked_example_is_the_output_of_its_command() -> None:
+    """The first console block of README: each line it shows is a line of the command's
+    table output, in that order (`...` stands for the rows left out)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```console\n", 1)[1].split("```", 1)[0]
+    command, *shown = block.replace("\\\n", " ").splitlines()
+    assert command.startswith("$ npu-resolve resolve ")
+    proc = run(*shlex.split(command.removeprefix("$ npu-resolve ")))
+    assert proc.returncode == 0, proc.stderr
+    lines = iter(proc.stdout.splitlines())
+    for line in (ln for ln in shown if ln != "..."):
+        assert any(out.rstrip() == line.rstrip() for out in lines), line
+
+
 def test_readme_json_example_is_the_output_of_the_command_above_it() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     before, block = readme.split("```json\n", 1)
