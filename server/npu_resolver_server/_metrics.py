@@ -32,7 +32,13 @@ LATENCY_BUCKETS: Final = (
     0.5,
     1.0,
     2.5,
+    5.0,
+    10.0,
+    30.0,
 )
+"""From a cached answer (tens of µs) to what waits by design: a 1,000-item batch (about 0.1 s),
+a request of megabyte attachments (about 2 s) and ReloadPolicy, which waits for a reload in
+progress (up to 10 s)."""
 
 
 class Metrics:
