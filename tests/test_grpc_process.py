@@ -339,6 +339,11 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
         os.kill(last, signal.SIGKILL)
         assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 0) == 0
         assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
+        # What the serving count no longer shows once workers are back: how many ended, why.
+        exits = 'npu_resolver_worker_exits_total{reason="%s"}'
+        assert _metric(metrics_port, exits % "died") == 2
+        assert _metric(metrics_port, exits % "start_failed") >= 1
+        assert _metric(metrics_port, exits % "hung") == 0
 
 
 def test_one_worker_says_it_is_the_one_serving() -> None:
@@ -922,7 +927,8 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
     connections and answers none; the supervisor sees its heartbeat stop, kills it and starts
     another, and every connection is answered again."""
     env = {"NPU_RESOLVER_HUNG_WORKER_SECONDS": "3"}
-    with ProcessServer(["--workers", "2"], env=env) as server:
+    metrics_port = free_port()
+    with ProcessServer(["--workers", "2", "--metrics-port", str(metrics_port)], env=env) as server:
         frozen, other = (int(e["pid"]) for e in server.wait_for("serving", 2))
         os.kill(frozen, signal.SIGSTOP)
         try:
@@ -939,6 +945,11 @@ def test_a_hung_worker_is_killed_and_restarted() -> None:
                 assert client.resolve_request(GOOD).ok
                 assert client.last_server_pid in {str(other), str(restarted["pid"])}
         assert not _running(frozen)
+        exits = 'npu_resolver_worker_exits_total{reason="%s"}'
+        assert (_metric(metrics_port, exits % "hung"), _metric(metrics_port, exits % "died")) == (
+            1,
+            0,
+        )
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
 

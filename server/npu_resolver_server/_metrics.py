@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
@@ -235,33 +235,56 @@ _WORKERS_HELP: Final = {
 }
 
 
-class _Workers:
-    """The supervisor's count of its workers, read at each scrape."""
+WORKER_EXITS: Final = "npu_resolver_worker_exits"
+_WORKER_EXITS_HELP: Final = (
+    "Workers that ended without a stop, each restarted (or the server stopped), by reason: "
+    "died (a signal or an error), hung (killed after its heartbeat stopped), start_failed (a "
+    "restart that could not start). Under --workers only."
+)
 
-    def __init__(self, count: Callable[[], tuple[int, int]]) -> None:
+
+class _Workers:
+    """The supervisor's count of its workers, and of those that ended without a stop, read at
+    each scrape."""
+
+    def __init__(
+        self,
+        count: Callable[[], tuple[int, int]],
+        exits: Callable[[], Mapping[str, int]] | None,
+    ) -> None:
         self._count = count
+        self._exits = exits
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         serving, configured = self._count()
         for name, value in ((WORKERS_SERVING, serving), (WORKERS_CONFIGURED, configured)):
             yield GaugeMetricFamily(name, _WORKERS_HELP[name], value=value)
+        if self._exits is not None:
+            family = CounterMetricFamily(WORKER_EXITS, _WORKER_EXITS_HELP, labels=("reason",))
+            for reason, count in self._exits().items():
+                family.add_metric((reason,), count)
+            yield family
 
 
 def serve_multiprocess(
-    port: int, host: str = "0.0.0.0", workers: Callable[[], tuple[int, int]] | None = None
+    port: int,
+    host: str = "0.0.0.0",
+    workers: Callable[[], tuple[int, int]] | None = None,
+    exits: Callable[[], Mapping[str, int]] | None = None,
 ) -> int:
     """Serve the metrics of every worker, aggregated from PROMETHEUS_MULTIPROC_DIR, and
-    `workers()` (serving, configured) as the supervisor counts them; returns the listening
-    socket's file descriptor (for the workers forked later to close)."""
+    `workers()` (serving, configured) and `exits()` (reason -> count) as the supervisor counts
+    them; returns the listening socket's file descriptor (for the workers forked later to
+    close)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=os.environ[MULTIPROC_ENV])  # type: ignore[no-untyped-call]
     if workers is not None:
-        registry.register(_Workers(workers))
+        registry.register(_Workers(workers, exits))
     server, _thread = start_http_server(port, addr=_bare(host), registry=registry)
     return int(server.socket.fileno())
 

@@ -68,6 +68,11 @@ def say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
     print(json.dumps(line, default=str), file=sys.stderr, flush=True)
 
 
+EXIT_REASONS: Final = ("died", "hung", "start_failed")
+"""Why a worker ended without a stop: a signal or an error, killed after its heartbeat stopped
+(or it never began), a restart that could not start (a policy refused since, say)."""
+
+
 def _child(
     settings: ServerSettings,
     worker: int,
@@ -190,6 +195,10 @@ class Supervisor:
         self._own_sockets: tuple[int, ...] = ()
         """The supervisor's listening sockets (metrics), which no worker keeps."""
         self._killed_hung: set[int] = set()
+        self.exits: dict[str, int] = dict.fromkeys(EXIT_REASONS, 0)
+        """Workers that ended without a stop, by reason, for the metrics page (each one was
+        restarted, or the server stopped): a crash between two scrapes shows here when the
+        serving count is back already."""
         self._beats: dict[int, tuple[int, float]] = {}
         """pid -> (its last heartbeat seen, when the supervisor first saw it, on its clock)."""
         self._spawned: dict[int, float] = {}
@@ -340,6 +349,7 @@ class Supervisor:
             if self.marks is not None:
                 forget(self.marks, pid)
                 forget(self.marks, beat_name(pid))
+            hung = pid in self._killed_hung
             self._killed_hung.discard(pid)
             self._beats.pop(pid, None)
             self._spawned.pop(pid, None)
@@ -357,6 +367,8 @@ class Supervisor:
                 if not stopped and self.exit_code != START_FAILED:  # the first cause is said
                     self.exit_code = 1
                 continue
+            reason = "hung" if hung else "start_failed" if code == START_FAILED else "died"
+            self.exits[reason] += 1
             now = time.monotonic()
             if code == START_FAILED:
                 if worker in self._restarting:
@@ -407,7 +419,10 @@ class Supervisor:
             try:
                 self._own_sockets = (
                     serve_multiprocess(
-                        self.settings.metrics_port, self.settings.host, self.workers_serving
+                        self.settings.metrics_port,
+                        self.settings.host,
+                        self.workers_serving,
+                        lambda: dict(self.exits),
                     ),
                 )
             except OSError as exc:
