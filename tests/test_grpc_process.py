@@ -11,11 +11,12 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 import pytest
@@ -305,6 +306,11 @@ def _reload_failures_now(metrics_port: int) -> float:
     return float(line.rsplit(" ", 1)[1])
 
 
+def last_pid(serving: list[dict[str, Any]], worker: int) -> int:
+    """The pid of `worker` among the `serving` events."""
+    return next(int(e["pid"]) for e in serving if e["worker"] == worker)
+
+
 def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
     tmp_path: Path,
 ) -> None:
@@ -334,6 +340,16 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
                 server.wait_for("worker_restart_failed")
                 assert _metric_soon(metrics_port, "npu_resolver_workers_serving", 1) == 1
                 assert _metric(metrics_port, "npu_resolver_workers_configured") == 2
+                # A restart that could not start counted nothing: its metric files are gone
+                # (one a try, every 5 s, while the file stays refused).
+                failed = [
+                    e["worker_pid"]
+                    for e in server.events("worker_exited")
+                    if e["code"] == 2 and e["worker"] == 0
+                ]
+                (folder,) = Path(tempfile.gettempdir()).glob(f"npu-resolver-metrics-{server.pid}-*")
+                assert failed and not [p for p in failed if list(folder.glob(f"*_{p}.db"))]
+                assert list(folder.glob(f"*_{last_pid(serving, 1)}.db"))  # a serving one's
         # The last worker goes too: the supervisor, which serves the page, says none serves.
         last = next(int(e["pid"]) for e in serving if e["worker"] == 1)
         os.kill(last, signal.SIGKILL)

@@ -7,9 +7,11 @@ there, and the parent serves the page aggregated over all workers (`serve_multip
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
@@ -289,8 +291,17 @@ def serve_multiprocess(
     return int(server.socket.fileno())
 
 
-def mark_dead(pid: int) -> None:
-    if os.environ.get(MULTIPROC_ENV):
-        from prometheus_client import multiprocess
+def mark_dead(pid: int, *, never_served: bool = False) -> None:
+    """A worker is gone: its live gauges leave the page. One that never served (its start
+    failed) counted nothing, and its files go too: a restart retried every 5 s against a
+    refused policy left a file per attempt, about 17,000 a day, each read at every scrape."""
+    folder = os.environ.get(MULTIPROC_ENV)
+    if not folder:
+        return
+    from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+    if never_served:
+        for path in Path(folder).glob(f"*_{pid}.db"):
+            with contextlib.suppress(OSError):
+                path.unlink()

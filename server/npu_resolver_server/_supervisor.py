@@ -345,7 +345,7 @@ class Supervisor:
             code = os.waitstatus_to_exitcode(status)
             from ._metrics import mark_dead
 
-            mark_dead(pid)
+            mark_dead(pid, never_served=code == START_FAILED)
             if self.marks is not None:
                 forget(self.marks, pid)
                 forget(self.marks, beat_name(pid))
