@@ -146,6 +146,28 @@ def test_health_check_says_not_serving_while_calls_are_still_answered() -> None:
     assert server.events("stopped")
 
 
+def test_a_call_refused_before_any_handler_logs_who_asked_and_for_what(tmp_path: Path) -> None:
+    """An audit of the call log can tell who tried the admin call without the token, and which
+    path a caller of no method here asked for: their lines carry the peer and the path (cut,
+    and written as JSON, so a hostile path forges nothing); the path is never a label."""
+    token = tmp_path / "token"
+    token.write_text("t0k")
+    with ProcessServer(["--admin-token-file", str(token)]) as server:
+        server.wait_for("serving")
+        with grpc.insecure_channel(server.target) as channel:
+            for path in ("/npu.resolver.v1.Resolver/ReloadPolicy", '/x.Y/Z\n{"event": "forged"}'):
+                with pytest.raises(grpc.RpcError):
+                    channel.unary_unary(path)(b"", timeout=5)
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    refused, unknown = server.events("rpc")
+    assert (refused["method"], refused["code"]) == ("ReloadPolicy", "UNAUTHENTICATED")
+    assert refused["peer"].startswith("ipv4:127.0.0.1:") and "path" not in refused
+    assert (unknown["method"], unknown["code"]) == ("unknown", "UNIMPLEMENTED")
+    assert unknown["path"] == '/x.Y/Z\n{"event": "forged"}' and unknown["peer"]
+    assert not server.events("forged")
+
+
 def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:
     bad = tmp_path / "policy.toml"
     bad.write_text("[profiles.default.defaults]\nno_such_option = 1\n")

@@ -92,8 +92,9 @@ class TokenFile:
             )
 
 
-Refused = Callable[[str], None]
-"""Called with the method name of each refused call (logged and counted like any call)."""
+Refused = Callable[[str, str], None]
+"""Called with the method name and the peer of each refused call (logged and counted like
+any call)."""
 
 
 def _refusing_handler(
@@ -101,7 +102,7 @@ def _refusing_handler(
 ) -> grpc.RpcMethodHandler:
     async def unauthenticated(request: Any, context: grpc.aio.ServicerContext) -> bytes:
         if on_refused is not None:
-            on_refused(method)
+            on_refused(method, context.peer())
         # Like every other answer, it names the worker that gave it.
         pid = ((PID_METADATA_KEY, str(os.getpid())),)
         return refuse(context, grpc.StatusCode.UNAUTHENTICATED, message, pid)

@@ -22,7 +22,7 @@ import select
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Final
 
 CALL_LOGGER = "npu_resolver_server.calls"
@@ -268,9 +268,12 @@ def log_call(
     ok: bool | None = None,
     codes: tuple[str, ...] | list[str] = (),
     report_again: bool = False,
+    caller: Mapping[str, str] | None = None,
 ) -> None:
     """One call's line. `report_again`: a client's second ask for a report its failed call's
-    trailer cut (said as `"report_again": true`; rare, so written through the formatter)."""
+    trailer cut (said as `"report_again": true`; rare, so written through the formatter).
+    `caller`: for a call refused before any handler ran (no token, no such method), who asked
+    and for what (`peer`, `path`), so that an audit can tell; rare, so written the same way."""
     logger = _CALLS
     if not logger.isEnabledFor(logging.INFO) or (_ONLY_FAILED[0] and code == "OK"):
         return
@@ -280,7 +283,7 @@ def log_call(
         # recurring text) stays a few hundred bytes however many diagnostics an answer holds.
         codes = tuple(dict.fromkeys(codes))
     latency_us = round(latency_s * 1_000_000)
-    handler = None if report_again else _Sink.direct()
+    handler = None if report_again or caller else _Sink.direct()
     if handler is not None:
         line = _call_line((method, code, product, ok, codes), latency_us)
         _hold(handler, line + handler.terminator)
@@ -297,6 +300,8 @@ def log_call(
     }
     if report_again:
         fields["report_again"] = True
+    if caller:
+        fields.update(caller)
     # The caller is known: makeRecord skips the stack walk of logger.info.
     record = logger.makeRecord(
         CALL_LOGGER, logging.INFO, __file__, 0, "rpc", (), None, "log_call", {"fields": fields}

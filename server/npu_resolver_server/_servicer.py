@@ -21,7 +21,7 @@ import grpc
 
 import npu_resolver
 from npu_resolver import Resolution, ResolveRequest
-from npu_resolver.text import config_refusal, too_deep, too_wide
+from npu_resolver.text import config_refusal, cut_text, too_deep, too_wide
 from npu_resolver_client.wire import (
     REPORT_AGAIN_METADATA_KEY,
     LimitError,
@@ -185,15 +185,19 @@ def _reported_again(context: grpc.aio.ServicerContext) -> bool:
     return False
 
 
-class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
-    """A generic handler that serves any method with one handler (streaming, so that it answers
-    without waiting for a message a streaming caller may never send)."""
+MAX_LOGGED_PATH: Final = 256
+"""A refused call's method path is logged cut to this many characters."""
 
-    def __init__(self, handler: grpc.RpcMethodHandler) -> None:
+
+class _EveryMethod(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """A generic handler that serves any method, with a handler made for its path (streaming,
+    so that it answers without waiting for a message a streaming caller may never send)."""
+
+    def __init__(self, handler: Callable[[str], grpc.RpcMethodHandler]) -> None:
         self._handler = handler
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        return self._handler
+        return self._handler(handler_call_details.method)
 
 
 class ResolverService:
@@ -350,23 +354,36 @@ class ResolverService:
         """The last handler: a call to a method no service here has (a client built from
         another version of the proto, a typo in a hand-written path) is answered UNIMPLEMENTED
         as gRPC would, and logged and counted under "unknown", so that it shows."""
-        return _EveryMethod(grpc.stream_stream_rpc_method_handler(self._unimplemented))
 
-    async def _unimplemented(self, requests: object, context: grpc.aio.ServicerContext) -> None:
+        def handler(path: str) -> grpc.RpcMethodHandler:
+            async def unimplemented(requests: object, context: grpc.aio.ServicerContext) -> None:
+                await self._unimplemented(path, context)
+
+            return grpc.stream_stream_rpc_method_handler(unimplemented)
+
+        return _EveryMethod(handler)
+
+    async def _unimplemented(self, path: str, context: grpc.aio.ServicerContext) -> None:
         code = grpc.StatusCode.UNIMPLEMENTED
         if self.metrics is not None:
             self.metrics.refused("unknown", code.name)
-        _logging.log_call("unknown", code=code.name, latency_s=0.0, ok=False)
+        # The path the caller asked for is in the line (cut, as JSON writes it), not a label.
+        caller = {"peer": context.peer(), "path": cut_text(path, MAX_LOGGED_PATH)}
+        _logging.log_call("unknown", code=code.name, latency_s=0.0, ok=False, caller=caller)
         refuse(context, code, "no such method on this server", ((PID_METADATA_KEY, self._pid),))
 
-    def unauthenticated(self, method: str) -> None:
-        """A call the token check refused before any handler ran: logged and counted too, under
-        "unknown" when the caller named no method of the service (labels stay bounded)."""
+    def unauthenticated(self, method: str, peer: str = "") -> None:
+        """A call the token check refused before any handler ran: logged (with its peer and,
+        for a method of no service here, its path) and counted too, under "unknown" when the
+        caller named no method of the service (labels stay bounded)."""
         name = method if method in METHODS else "unknown"
         code = grpc.StatusCode.UNAUTHENTICATED.name
         if self.metrics is not None:
             self.metrics.refused(name, code)
-        _logging.log_call(name, code=code, latency_s=0.0, ok=False)
+        caller = {"peer": peer}
+        if name == "unknown":
+            caller["path"] = cut_text(method, MAX_LOGGED_PATH)
+        _logging.log_call(name, code=code, latency_s=0.0, ok=False, caller=caller)
 
     def _policy(self) -> npu_resolver.PolicyLike | None:
         return self.store.current
