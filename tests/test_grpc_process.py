@@ -235,6 +235,16 @@ def test_two_workers_share_the_port_and_metrics(tmp_path: Path) -> None:
         )
         assert float(line.rsplit(" ", 1)[1]) == calls
         assert "npu_resolver_policy_info{" in text
+        # Each worker's resident memory, which no process_* series shows under --workers.
+        series = 'npu_resolver_worker_resident_memory_bytes{pid="%s"}'
+        deadline = time.monotonic() + 5  # each worker sets it with its heartbeat, every second
+        while time.monotonic() < deadline:
+            page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+            if all(series % pid in page.read().decode() for pid in workers):
+                break
+            time.sleep(0.1)
+        memory = [_metric(metrics_port, series % pid) for pid in workers]
+        assert all(20e6 < value < 2e9 for value in memory), memory
 
         # One bad push, refused by both workers, is one reload failure.
         policy.write_text("bad = [[[")

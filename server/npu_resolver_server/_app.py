@@ -585,7 +585,14 @@ async def serve(
         # Past half the limit: with the supervisor's own wait for that much silence, the
         # worker is restarted about one and a half limits after such a request began.
         large, limit = built.service.large, settings.hung_worker_seconds / 2
-        beat = loop.create_task(_heartbeat(marks, lambda: large.running_for() > limit, large.skip))
+        beat = loop.create_task(
+            _heartbeat(
+                marks,
+                lambda: large.running_for() > limit,
+                large.skip,
+                metrics.memory if metrics is not None else None,
+            )
+        )
     await stop.wait()
     if watch is not None:
         watch.cancel()
@@ -607,7 +614,10 @@ async def serve(
 
 
 async def _heartbeat(
-    marks: ReloadMarks, stuck: Callable[[], bool], skipped: Callable[[float, float], None]
+    marks: ReloadMarks,
+    stuck: Callable[[], bool],
+    skipped: Callable[[float, float], None],
+    measure: Callable[[], None] | None = None,
 ) -> None:
     """Under --workers: a heartbeat each second from the event loop, until cancelled once the
     worker has drained, by which the supervisor tells a worker that hangs (a stopped process,
@@ -615,7 +625,8 @@ async def _heartbeat(
     (`stuck`) is a hang too: the requests waiting behind it would never be answered. A turn
     over LATE_BEAT_S late gives `skipped` (since, seconds) about the time meanwhile the
     process spent no CPU in (paused, less at most the CPU of one turn's sleep), which the
-    supervisor too leaves out of its clock when the whole server was paused."""
+    supervisor too leaves out of its clock when the whole server was paused. `measure`: the
+    worker's metrics of itself, updated with each beat."""
     said = False
     watch = min(WATCH_S, HEARTBEAT_S)
     last, last_cpu, beaten = time.monotonic(), time.process_time(), -math.inf
@@ -627,6 +638,8 @@ async def _heartbeat(
         last, last_cpu = now, cpu
         if now - beaten >= HEARTBEAT_S:
             beaten = now
+            if measure is not None:  # the worker's own figures, which a scrape cannot read
+                measure()
             if not stuck():
                 marks.beat()
                 said = False

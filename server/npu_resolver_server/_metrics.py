@@ -100,6 +100,17 @@ class Metrics:
             multiprocess_mode="livemax",
             registry=registry,
         )
+        self._memory: Any = None
+        if MULTIPROC_ENV in os.environ:
+            # A worker's process_* series are not on a --workers page (prometheus_client
+            # collects them per process only): its resident memory, a series a worker.
+            self._memory = Gauge(
+                WORKER_MEMORY,
+                "Resident memory of each worker (label pid), updated every second; under "
+                "--workers only (one worker's page has process_resident_memory_bytes).",
+                multiprocess_mode="liveall",
+                registry=registry,
+            )
         self._registry = registry
         self._tls_expiry: Any = None
         """Made when a certificate is loaded: a server without TLS has no such series (a gauge
@@ -183,6 +194,15 @@ class Metrics:
             self.policy_info.labels(version).set(1)
             self._version = version
 
+    def memory(self) -> None:
+        """This worker's resident memory now (under --workers; a no-op otherwise)."""
+        if self._memory is None:
+            return
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open("/proc/self/statm", "rb") as statm:
+                pages = int(statm.read().split()[1])
+            self._memory.set(pages * _PAGE_BYTES)
+
     def serving(self, workers: int) -> None:
         """This worker answers calls from now on. Under --workers the supervisor says how many
         do (a worker's own series would be gone with it, the last one's included)."""
@@ -228,6 +248,8 @@ def start_http(port: int, host: str = "0.0.0.0") -> None:
     start_http_server(port, addr=_bare(host))
 
 
+WORKER_MEMORY: Final = "npu_resolver_worker_resident_memory_bytes"
+_PAGE_BYTES: Final = os.sysconf("SC_PAGE_SIZE")
 WORKERS_SERVING: Final = "npu_resolver_workers_serving"
 WORKERS_CONFIGURED: Final = "npu_resolver_workers_configured"
 _WORKERS_HELP: Final = {
