@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -730,11 +729,11 @@ def _tell_refused_policy(refused: PolicyError) -> None:
         said = f": {'; '.join(refused.problems)}"
     else:
         said = f" refused:{said}"
-    print(
-        f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {refused.source}{said}",
-        file=sys.stderr,
-        flush=True,
-    )
+    text = f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {refused.source}{said}\n"
+    # One write, not print's text and newline apart: another worker's log line, written to the
+    # same stderr meanwhile, would land inside it (a pipe takes one write of 4 KiB whole).
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode("utf-8", "backslashreplace"))
 
 
 def _start_failed(error: str, worker: int) -> None:
