@@ -168,6 +168,30 @@ def test_a_call_refused_before_any_handler_logs_who_asked_and_for_what(tmp_path:
     assert not server.events("forged")
 
 
+def test_a_sighup_that_finds_the_policy_file_as_it_was_is_acknowledged(tmp_path: Path) -> None:
+    """An operator who sends SIGHUP sees it taken: the same file logs policy_reload_unchanged;
+    a refused file and the good one put back say so in their own lines (failed, recovered),
+    not as unchanged."""
+    policy = tmp_path / "policy.toml"
+    good = "[profiles.default.defaults]\nhccl_timeout = 3600\n"
+    policy.write_text(good)
+    env = {"NPU_RESOLVER_POLICY_POLL_SECONDS": "3600"}  # only the signal reloads
+    with ProcessServer(["--policy", str(policy)], env=env) as server:
+        (serving,) = server.wait_for("serving")
+        server.signal(signal.SIGHUP)
+        (unchanged,) = server.wait_for("policy_reload_unchanged")
+        assert unchanged["policy_version"] == serving["policy_version"]
+        policy.write_text("bad = [[[")
+        server.signal(signal.SIGHUP)
+        server.wait_for("policy_reload_failed")
+        policy.write_text(good)
+        server.signal(signal.SIGHUP)
+        server.wait_for("policy_reload_recovered")
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    assert len(server.events("policy_reload_unchanged")) == 1
+
+
 def test_bad_policy_refuses_to_start(tmp_path: Path) -> None:
     bad = tmp_path / "policy.toml"
     bad.write_text("[profiles.default.defaults]\nno_such_option = 1\n")

@@ -32,7 +32,7 @@ from ._auth import TokenFile, TokenInterceptor
 from ._cache import AnswerCache
 from ._cert_dates import utc_text
 from ._metrics import Metrics
-from ._policy_store import PolicyStore
+from ._policy_store import PolicyStore, ReloadOutcome
 from ._reload_marks import (
     DEADLINE_MARGIN_S,
     WAIT_S,
@@ -447,6 +447,21 @@ reaches a worker both directly and through its supervisor. Later (or at once, fo
 one process, which gets no copies), a second signal asks to stop now."""
 
 
+def _said_unchanged(task: asyncio.Task[ReloadOutcome]) -> None:
+    """A SIGHUP that found the file as it was is acknowledged in the log (a new policy, a
+    refused file and a recovery say so themselves): an operator who sent one sees it taken."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    outcome = task.result()
+    if not (outcome.changed or outcome.error or outcome.recovered):
+        log.info(
+            "policy file unchanged",
+            extra={
+                "fields": {"event": "policy_reload_unchanged", "policy_version": outcome.version}
+            },
+        )
+
+
 def _failures_counted(worker: int, marks: ReloadMarks | None) -> ReloadFailures:
     """Under --workers, the worker holding a lock in the marks folder counts the failed reloads
     every worker makes alike: the first to see one takes it (a worker whose start fails sees
@@ -533,6 +548,7 @@ async def serve(
         task = loop.create_task(built.store.reload_async())
         reloads.add(task)
         task.add_done_callback(reloads.discard)
+        task.add_done_callback(_said_unchanged)
         if marks is not None:
             task.add_done_callback(lambda _: marks.record(began))
 

@@ -115,6 +115,8 @@ class ReloadOutcome:
     changed: bool
     version: str
     error: str = ""
+    recovered: bool = False
+    """The last good file is back after a refused one (logged as policy_reload_recovered)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +285,7 @@ class PolicyStore:
                     },
                 )
             self._changed()
-            return ReloadOutcome(changed, policy.version)
+            return ReloadOutcome(changed, policy.version, recovered=bool(refused))
 
     def _refuse(self, exc: Exception) -> ReloadOutcome:
         # A loader defect must not take the last good policy away either: it is counted
