@@ -1567,9 +1567,42 @@ def test_the_client_says_when_a_tls_mismatch_may_be_why_it_cannot_reach_the_serv
                 asyncio.run(call())
         for error in (blocking.value, awaited.value):
             assert str(error).endswith(hint), str(error)
-    with ResolverClient(target, timeout=1) as client, pytest.raises(ResolverUnavailable) as gone:
-        client.resolve("atlas-a2")  # the server stopped: the connection is refused
-    assert "TLS" not in str(gone.value)
+    for roots in (None, certs["ca"]):  # the server stopped: the connection is refused
+        with (
+            ResolverClient(target, timeout=1, root_certificates=roots) as client,
+            pytest.raises(ResolverUnavailable) as gone,
+        ):
+            client.resolve("atlas-a2")
+        assert "TLS" not in str(gone.value) and "certificate" not in str(gone.value)
+
+
+def test_a_client_that_does_not_trust_the_servers_certificate_is_told_so(
+    certs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Another CA's bundle: the handshake fails on verification, which the client names (not
+    mutual TLS, which a TLS client without its own certificate was told of whatever failed);
+    the CLI says it of --tls-ca. Every hint the client gives has the CLI's words for it."""
+    import trustme
+
+    from npu_resolver._cli._transport import _TLS_HINTS_AS_FLAGS
+    from npu_resolver_client.wire import TLS_HINTS
+    from tests.test_cli import run
+
+    assert _TLS_HINTS_AS_FLAGS.keys() == TLS_HINTS.keys()
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    with ThreadServer(ServerSettings(port=0, tls_cert=certs["cert"], tls_key=certs["key"])) as s:
+        with (
+            ResolverClient(s.target, timeout=3, root_certificates=other) as client,
+            pytest.raises(ResolverUnavailable) as refused,
+        ):
+            client.resolve("atlas-a2")
+        proc = run("resolve", "--product", "atlas-a2", "--server", s.target, "--tls-ca", str(other))
+    assert str(refused.value).endswith(TLS_HINTS["untrusted_server"])
+    assert proc.returncode == 3 and proc.stderr.rstrip().endswith(
+        "; the server's certificate does not verify against --tls-ca (another CA, or a "
+        "certificate for another host name)"
+    ), proc.stderr
 
 
 def test_metrics_count_calls() -> None:

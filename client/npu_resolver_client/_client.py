@@ -347,16 +347,17 @@ def _tls_hint(settings: _Settings, said: str) -> str:
     """Which of TLS_HINTS fits an UNAVAILABLE's text for a client so configured, or ""."""
     if "WRONG_VERSION_NUMBER" in said:  # what a plaintext server answers TLS with
         return TLS_HINTS["plaintext_server"]
-    if settings.tls and settings.certificate_chain is None:
+    if settings.tls and "CERTIFICATE_VERIFY_FAILED" in said:
+        return TLS_HINTS["untrusted_server"]
+    if "Socket closed" not in said:  # refused, unresolved, the server's own UNAVAILABLE: no hint
+        return ""
+    if settings.tls:
         # A server that requires a client certificate closes the handshake, which gRPC reports
-        # as any lost connection ("Socket closed", or another address's failure when the name
-        # has several): the likely cause is worth a line.
-        return TLS_HINTS["mutual_tls"]
-    if not settings.tls and "Socket closed" in said:
-        # What a TLS server's closing of a plaintext connection looks like (a server that is
-        # down refuses the connection instead).
-        return TLS_HINTS["tls_server"]
-    return ""
+        # as any lost connection: the likely cause is worth a line.
+        return TLS_HINTS["mutual_tls"] if settings.certificate_chain is None else ""
+    # What a TLS server's closing of a plaintext connection looks like (a server that is down
+    # refuses the connection instead).
+    return TLS_HINTS["tls_server"]
 
 
 def _failure(

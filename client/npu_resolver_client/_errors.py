@@ -151,6 +151,10 @@ TLS_HINTS: Final = {
         "private_key"
     ),
     "tls_server": "; if the server speaks TLS, pass root_certificates (its CA bundle)",
+    "untrusted_server": (
+        "; the server's certificate does not verify against root_certificates (another CA, or "
+        "a certificate for another host name)"
+    ),
 }
 """The likely cause of an UNAVAILABLE that a TLS mismatch makes look like any lost connection,
 in this client's argument names (the CLI says its flags instead)."""

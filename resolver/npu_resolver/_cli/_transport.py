@@ -19,6 +19,10 @@ _TLS_HINTS_AS_FLAGS: Final = {
         "; if the server requires client certificates (mutual TLS), give --tls-cert and --tls-key"
     ),
     "tls_server": "; if the server speaks TLS, give --tls-ca (its CA bundle)",
+    "untrusted_server": (
+        "; the server's certificate does not verify against --tls-ca (another CA, or a "
+        "certificate for another host name)"
+    ),
 }
 """The client's hints for a TLS mismatch (npu_resolver_client.wire.TLS_HINTS) in this command's
 words."""
