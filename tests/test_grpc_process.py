@@ -212,7 +212,7 @@ def test_a_policy_refused_at_start_is_said_plainly_once_for_all_workers(tmp_path
     worker, however many there are; an unreadable file is said as not read."""
     bad = tmp_path / "policy.toml"
     bad.write_text("[profiles.default.defaults]\nhccl_timeot = 1\n")
-    server = ProcessServer(["--workers", "2", "--policy", str(bad)])
+    server = ProcessServer(["--workers", "4", "--policy", str(bad)])
     assert server.start_refused() == 2
     plain = [line for line in server.raw if not line.startswith("{")]
     assert plain == [

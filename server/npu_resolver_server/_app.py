@@ -499,7 +499,7 @@ async def serve(
             supervisor=parent,
         )
     except Exception as exc:  # bad policy, unreadable certificate, port taken
-        if tell_person and isinstance(exc, PolicyError):
+        if tell_person and isinstance(exc, PolicyError) and _first_to_tell(marks, worker):
             _tell_refused_policy(exc)
         _start_failed(str(exc), worker)
         return 2
@@ -696,7 +696,7 @@ def run_worker(
     """One worker process's life: logging, metrics, the event loop. `parent`: the supervisor's
     pid, for a worker of --workers (it stops when the supervisor is gone). `tell_person`: a
     policy refused at start is also written as a person reads it (the server's first start,
-    once for all its workers; a restart's is logged only)."""
+    once for all its workers, see _first_to_tell; a restart's is logged only)."""
     hold_sighup()
     _logging.configure(settings.log_level, settings.call_log)
     flush_spans = None
@@ -735,6 +735,22 @@ def run_worker(
         _logging.flush_calls()  # a worker leaves with os._exit: atexit would not write them
         if flush_spans is not None:
             flush_spans()
+
+
+def _first_to_tell(marks: ReloadMarks | None, worker: int) -> bool:
+    """Whether this worker writes the plain refusal: under --workers every worker of the first
+    start finds the file refused, and the first to claim the shared folder's mark says it (the
+    others are soon stopped, worker 0 as likely as any, before it could say it); without the
+    folder, worker 0."""
+    if marks is None:
+        return worker == 0
+    try:
+        os.close(os.open(marks.folder / "refused-policy-told", os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        return worker == 0
+    return True
 
 
 def _tell_refused_policy(refused: PolicyError) -> None:

@@ -107,7 +107,7 @@ def _child(
             serve_metrics=False,
             parent=parent,
             marks_folder=marks,
-            tell_person=first_start and worker == 0,
+            tell_person=first_start,
         )
     except BaseException as exc:
         say("worker_failed", "ERROR", worker=worker, error=repr(exc))
