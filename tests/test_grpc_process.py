@@ -418,6 +418,24 @@ def test_reload_failures_are_counted_while_the_worker_that_counted_is_down(
         assert _metric(metrics_port, exits % "hung") == 0
 
 
+def test_a_worker_stopped_by_a_signal_of_its_own_is_not_counted_as_an_exit() -> None:
+    """SIGTERM to one worker: it drains and exits 0, is restarted, and is no failure for the
+    worker_exits counter (whose every increase an alert reads)."""
+    metrics_port = free_port()
+    with ProcessServer(["--workers", "2", "--metrics-port", str(metrics_port)]) as server:
+        serving = server.wait_for("serving", 2)
+        os.kill(last_pid(serving, 0), signal.SIGTERM)
+        server.wait_for("serving", 3, timeout=30)
+        exits = 'npu_resolver_worker_exits_total{reason="%s"}'
+        assert [_metric(metrics_port, exits % r) for r in ("died", "hung", "start_failed")] == [
+            0,
+            0,
+            0,
+        ]
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+
+
 def test_one_worker_says_it_is_the_one_serving() -> None:
     metrics_port = free_port()
     with ProcessServer(["--metrics-port", str(metrics_port)]) as server:

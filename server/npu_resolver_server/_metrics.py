@@ -263,7 +263,7 @@ WORKER_EXITS: Final = "npu_resolver_worker_exits"
 _WORKER_EXITS_HELP: Final = (
     "Workers that ended without a stop, each restarted (or the server stopped), by reason: "
     "died (a signal or an error), hung (killed after its heartbeat stopped), start_failed (a "
-    "restart that could not start). Under --workers only."
+    "worker that could not start). Under --workers only."
 )
 
 

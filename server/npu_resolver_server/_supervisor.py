@@ -70,7 +70,8 @@ def say(event: str, level: LogLevel = "INFO", **fields: object) -> None:
 
 EXIT_REASONS: Final = ("died", "hung", "start_failed")
 """Why a worker ended without a stop: a signal or an error, killed after its heartbeat stopped
-(or it never began), a restart that could not start (a policy refused since, say)."""
+(or it never began), a start that failed (a restart against a policy refused since, say; at
+the server's first start, which then ends)."""
 
 
 def _child(
@@ -367,8 +368,9 @@ class Supervisor:
                 if not stopped and self.exit_code != START_FAILED:  # the first cause is said
                     self.exit_code = 1
                 continue
-            reason = "hung" if hung else "start_failed" if code == START_FAILED else "died"
-            self.exits[reason] += 1
+            if not stopped:  # a worker stopped by a signal sent to it alone is no failure
+                reason = "hung" if hung else "start_failed" if code == START_FAILED else "died"
+                self.exits[reason] += 1
             now = time.monotonic()
             if code == START_FAILED:
                 if worker in self._restarting:
