@@ -209,19 +209,20 @@ def test_a_clash_in_every_mode_and_on_every_product_is_said_once_r_vpl_2() -> No
     assert "locked variable_placement in profile 'default' on every product: " in message
 
 
-def test_a_clash_said_alike_on_some_products_names_them_r_vpl_2() -> None:
-    """Where a clash is said only on some products, the problem names those, in table order,
-    and whose words (and table) it quotes."""
+def test_a_clash_in_each_products_own_table_names_each_table_r_vpl_2() -> None:
+    """The same clash in two products' own tables is said for each, each naming its table:
+    merged, the problem named one table, and the other was found on the next check."""
     message = refused(
         "[profiles.default.products.atlas-a2.locked]\nvariable_placement = 'Host'\n"
         "[profiles.default.products.atlas-a3.locked]\nvariable_placement = 'Host'\n"
         "[profiles.default.locked]\nmix_compile_mode = false\n"
     )
-    assert message.count("R-VPL-2") == 1
-    assert (
-        "locked variable_placement in profile 'default' on atlas-a3, atlas-a2 (as said on "
-        "atlas-a3): " in message
-    )
+    assert message.count("R-VPL-2") == 2
+    for pid in ("atlas-a2", "atlas-a3"):
+        assert (
+            f"locked variable_placement in profile 'default' on {pid}: " in message
+            and f"[profiles.default.products.{pid}.locked]" in message
+        )
 
 
 def test_locks_that_clash_are_refused_once_naming_every_profile_r_prec_1_r_vpl_2() -> None:

@@ -186,6 +186,10 @@ class Policy:
     def profile_names(self) -> tuple[str, ...]:
         return self._profile_names
 
+    def table_paths(self) -> frozenset[str]:
+        """The paths of the file's tables, as written ('profiles.x.products.atlas-a2.locked')."""
+        return frozenset(t.path for p in self._profiles.values() for t in p.tables.values())
+
     @functools.cached_property
     def compact_text(self) -> str:
         """`canonical_text` without whitespace, keys still sorted: a policy of long lists,
@@ -612,6 +616,7 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     value the locked mode refuses clashes with that lock. Profiles holding the same locks on a
     product are checked once and named together."""
     locks_only = _LocksOnly(policy)
+    tables = policy.table_paths()
     holders: dict[tuple[str, _LockSet], tuple[PolicyLayer, list[str]]] = {}
     # The default profile first: the locks every other profile inherits are said as its own.
     for name in sorted(policy.profile_names(), key=lambda n: n != DEFAULT_PROFILE):
@@ -634,7 +639,7 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
         for (option, what), modes in found.items():
             only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
             where = _profiles(names) + (" (the same locks)" if len(names) > 1 else "")
-            key = (option, where, only, what.replace(pid, "\0"))
+            key = (option, where, only, _alike_on_products(what, pid, tables))
             said.setdefault(key, (what, []))[1].append(pid)
     problems = []
     for (option, where, only, _), (what, pids) in said.items():
@@ -674,6 +679,16 @@ def _mode_name(result: Resolution) -> str:
 _TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]++|\\.)*+"|[^\]"]++)*+\]')
 """Where a policy value was written, as messages quote it: a profile's name is no option.
 Possessive: a megabyte-long table path holds no backtracking point per character."""
+
+
+def _alike_on_products(message: str, pid: str, tables: Collection[str]) -> str:
+    """A product's message with its product's name left out, so that the same words said on
+    several products are one line naming them; kept whole when the name is in one of the
+    file's `tables` it quotes: those products' tables differ, and each must be named to be
+    fixed (a table it suggests writing, [...products.atlas-training.locked], may be merged)."""
+    if any(pid in path and path[1:-1] in tables for path in _TABLE_PATH.findall(message)):
+        return message
+    return message.replace(pid, "\0")
 
 
 def _for_the_platform(message: str) -> str:
@@ -754,6 +769,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
     message (the product it was said on left out), with the products and modes it reaches.
     Sorted by text."""
     heard: dict[tuple[str, str, Severity, str, str], _Heard] = {}
+    tables = policy.table_paths() if isinstance(policy, Policy) else frozenset()
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
             layer = policy.layer(name, pid)
@@ -766,7 +782,13 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                     if entry is None or d.option in config or d.code is Code.UNDOCUMENTED:
                         continue  # UNDOCUMENTED: no value at all, never one the policy gave
                     what = f"{d.code} ({d.rule})"
-                    key = (entry.detail, d.option, d.severity, what, d.message.replace(pid, "\0"))
+                    key = (
+                        entry.detail,
+                        d.option,
+                        d.severity,
+                        what,
+                        _alike_on_products(d.message, pid, tables),
+                    )
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set()))
                     said.reached.add((pid, _mode_name(result)))
                     said.profiles.add(name)
