@@ -18,7 +18,7 @@ from ._model import JSON, Code, Source
 from ._options import CACHE_ENV_VARS, OUTRANKED_FOLDER_VARS
 from ._products import TBE_MAPPING_FILES, UB_FUSION, Family
 from ._schema import Mode
-from ._state import Slot, State
+from ._state import Slot, State, product_table
 from ._values import show
 
 
@@ -154,10 +154,7 @@ def _product_table(slot: Slot, pid: str) -> str:
     table itself when it is already the product's, else the product's own in the same profile
     and of the same kind (profiles.gold.locked -> profiles.gold.products.atlas-training.locked)."""
     table = slot.detail.split("[", 1)[-1].removesuffix("]")
-    if not slot.all_products:
-        return table
-    profile, kind = table.rsplit(".", 1)
-    return f"{profile}.products.{pid}.{kind}"
+    return product_table(table, pid) if slot.all_products else table
 
 
 def round_hccl_timeout(state: State) -> None:

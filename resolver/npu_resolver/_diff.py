@@ -154,7 +154,7 @@ class DiffResult:
                 f"its products are {', '.join(self.products)}"
             )
         results = {pid: self.results[pid] for pid in products}
-        compared = _compared(results)
+        compared = resolved_columns(results)
         rows = []
         for row in self.rows:
             cells = {pid: row.cells.get(pid) for pid in products}
@@ -231,7 +231,7 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
     results: dict[str, Resolution] = {}
     for product, result in columns:
         results[result.product or product] = result
-    compared = _compared(results)
+    compared = resolved_columns(results)
     rows = []
     for option in catalog.options:
         cells: dict[str, DiffCell | None] = {}
@@ -248,7 +248,7 @@ def diff_of(columns: Sequence[tuple[str, Resolution]], *, catalog: Catalog = CAT
     return DiffResult(tuple(results), results, tuple(rows))
 
 
-def _compared(results: Mapping[str, Resolution]) -> frozenset[str]:
+def resolved_columns(results: Mapping[str, Resolution]) -> frozenset[str]:
     """The columns a row's `same` compares: the products resolved. One not resolved at all (an
     unknown product, a config not read: no option in its answer) has no cell in any row, and
     counted, would make every row differ and hide what the others differ in."""

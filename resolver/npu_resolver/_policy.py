@@ -36,7 +36,7 @@ from ._options import ENV_VAR_RULES, MENTIONED_ONLY
 from ._precedence import ASK_THE_PLATFORM
 from ._products import PRODUCT_IDS, alias_key, chips, listed, product_id
 from ._schema import MODE_OPTION, Mode
-from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike
+from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, product_table
 from ._values import Problem, config_shape, parse, show
 
 KINDS: Final = ("defaults", "locked")
@@ -394,10 +394,10 @@ def _own_table(table: str, pid: str, refusing: list[str], takers: list[str]) -> 
     tables, whose values replace the shared one there, or (when they should have no value of
     the policy's: another option stands for it there) the value in the tables of the products
     that take it instead."""
-    profile, kind = table.rsplit(".", 1)
+    kind = table.rsplit(".", 1)[1]
     who = pid if len(refusing) == 1 else f"each of {', '.join(refusing)}"
     return (
-        f"; give {who} a value of its own, as in [{profile}.products.{pid}.{kind}], or write "
+        f"; give {who} a value of its own, as in [{product_table(table, pid)}], or write "
         f"this one in the {kind} tables of {listed(takers)} instead of [{table}]"
     )
 

@@ -151,6 +151,13 @@ _POLICY_ADVICE: Final = (
 )
 
 
+def product_table(table: str, pid: str) -> str:
+    """The table for `pid` alone beside a table for every product, in the same profile and of
+    the same kind: profiles.gold.locked -> profiles.gold.products.atlas-training.locked."""
+    profile, kind = table.rsplit(".", 1)
+    return f"{profile}.products.{pid}.{kind}"
+
+
 STRICT_UNDER_POLICY: Final = (
     " Under strict a drop is an error, and this value is not the job's: name a profile "
     "without it, or ask the platform team to move it to the profiles it suits."

@@ -204,7 +204,10 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
     """The rows that differ, one column per product; the caller's strings escaped as in the
     table format. A product not resolved (unknown, or a config not read) has no column: every
     row would differ from its absent cells and hide its error, said below the table."""
-    left_out = [pid for pid, res in result.results.items() if not res.options]
+    from .._diff import resolved_columns  # loaded already: the diff was made with it
+
+    resolved = resolved_columns(result.results)
+    left_out = [pid for pid in result.results if pid not in resolved]
     table = result.only([p for p in result.products if p not in left_out]) if left_out else result
     rows = table.rows if show_all else table.differing
     lines = _diff_table(table, rows)
