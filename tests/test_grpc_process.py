@@ -152,17 +152,24 @@ def test_a_call_refused_before_any_handler_logs_who_asked_and_for_what(tmp_path:
     and written as JSON, so a hostile path forges nothing); the path is never a label."""
     token = tmp_path / "token"
     token.write_text("t0k")
-    with ProcessServer(["--admin-token-file", str(token)]) as server:
+    args = ["--admin-token-file", str(token), "--protect-resolve"]
+    with ProcessServer(args) as server:
         server.wait_for("serving")
         with grpc.insecure_channel(server.target) as channel:
-            for path in ("/npu.resolver.v1.Resolver/ReloadPolicy", '/x.Y/Z\n{"event": "forged"}'):
+            for path in (
+                "/npu.resolver.v1.Resolver/ReloadPolicy",
+                "/npu.resolver.v1.Resolver/Nope",
+                '/x.Y/Z\n{"event": "forged"}',
+            ):
                 with pytest.raises(grpc.RpcError):
                     channel.unary_unary(path)(b"", timeout=5)
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
-    refused, unknown = server.events("rpc")
+    refused, made_up, unknown = server.events("rpc")
     assert (refused["method"], refused["code"]) == ("ReloadPolicy", "UNAUTHENTICATED")
     assert refused["peer"].startswith("ipv4:127.0.0.1:") and "path" not in refused
+    assert (made_up["method"], made_up["code"]) == ("unknown", "UNAUTHENTICATED")
+    assert made_up["path"] == "/npu.resolver.v1.Resolver/Nope"
     assert (unknown["method"], unknown["code"]) == ("unknown", "UNIMPLEMENTED")
     assert unknown["path"] == '/x.Y/Z\n{"event": "forged"}' and unknown["peer"]
     assert not server.events("forged")

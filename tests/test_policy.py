@@ -634,8 +634,8 @@ def test_a_product_table_named_by_one_chip_is_said_to_reach_every_chip_of_its_pr
         ),
         (
             "[profiles.default.defaults]\nhccl_timeout = 1\nx = [\n1,\n",
-            "invalid TOML: Invalid value (at the end of the file, after line 4: an array, table "
-            "or string opened there or before is not closed)",
+            "invalid TOML: Invalid value (at the end of the file, after line 4: perhaps a value "
+            "left out, or an array, table or string not closed)",
         ),
     ],
     ids=["r-hct-4 variable", "r-exd-2 variable", "mentioned only", "product key", "unclosed"],

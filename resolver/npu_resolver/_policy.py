@@ -851,8 +851,8 @@ def _toml_problem(text: str, exc: ValueError) -> str:
     if said.endswith("(at end of document)"):  # tomllib names no line: the last one is
         lines = len(text.splitlines())
         said = said.removesuffix("(at end of document)") + (
-            f"(at the end of the file, after line {lines}: an array, table or string "
-            "opened there or before is not closed)"
+            f"(at the end of the file, after line {lines}: perhaps a value left out, or an "
+            "array, table or string not closed)"
         )
     if _LOOKS_LIKE_JSON_OR_YAML.match(text):
         said += "; a policy is TOML ([profiles.default.defaults] ...), not JSON or YAML"

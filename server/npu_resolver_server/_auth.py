@@ -92,17 +92,17 @@ class TokenFile:
             )
 
 
-Refused = Callable[[str, str], None]
-"""Called with the method name and the peer of each refused call (logged and counted like
-any call)."""
+Refused = Callable[[str, str, str], None]
+"""Called with the method name, the full path asked for and the peer of each refused call
+(logged and counted like any call)."""
 
 
 def _refusing_handler(
-    message: str, method: str, on_refused: Refused | None
+    message: str, method: str, path: str, on_refused: Refused | None
 ) -> grpc.RpcMethodHandler:
     async def unauthenticated(request: Any, context: grpc.aio.ServicerContext) -> bytes:
         if on_refused is not None:
-            on_refused(method, context.peer())
+            on_refused(method, path, context.peer())
         # Like every other answer, it names the worker that gave it.
         pid = ((PID_METADATA_KEY, str(os.getpid())),)
         return refuse(context, grpc.StatusCode.UNAUTHENTICATED, message, pid)
@@ -143,11 +143,17 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return _refusing_handler(
                     f"this call needs the {which}bearer token (authorization metadata)",
                     method,
+                    handler_call_details.method,
                     self._on_refused,
                 )
             scheme, _, credential = given.strip().partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
                 credential.strip(), self._token.current()
             ):
-                return _refusing_handler("the bearer token is not valid", method, self._on_refused)
+                return _refusing_handler(
+                    "the bearer token is not valid",
+                    method,
+                    handler_call_details.method,
+                    self._on_refused,
+                )
         return await continuation(handler_call_details)

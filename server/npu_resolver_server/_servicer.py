@@ -372,7 +372,7 @@ class ResolverService:
         _logging.log_call("unknown", code=code.name, latency_s=0.0, ok=False, caller=caller)
         refuse(context, code, "no such method on this server", ((PID_METADATA_KEY, self._pid),))
 
-    def unauthenticated(self, method: str, peer: str = "") -> None:
+    def unauthenticated(self, method: str, path: str = "", peer: str = "") -> None:
         """A call the token check refused before any handler ran: logged (with its peer and,
         for a method of no service here, its path) and counted too, under "unknown" when the
         caller named no method of the service (labels stay bounded)."""
@@ -382,7 +382,7 @@ class ResolverService:
             self.metrics.refused(name, code)
         caller = {"peer": peer}
         if name == "unknown":
-            caller["path"] = cut_text(method, MAX_LOGGED_PATH)
+            caller["path"] = cut_text(path or method, MAX_LOGGED_PATH)
         _logging.log_call(name, code=code, latency_s=0.0, ok=False, caller=caller)
 
     def _policy(self) -> npu_resolver.PolicyLike | None:
