@@ -242,3 +242,16 @@ def test_call_lines_are_written_in_whole_lines_a_pipe_keeps_whole() -> None:
         assert len(sent.encode()) <= select.PIPE_BUF and sent.endswith("\n")
     lines = "".join(stream.sent).splitlines()
     assert [json.loads(line)["product"] for line in lines] == [f"atlas-é{i}" for i in range(400)]
+
+
+def test_a_record_holding_line_breaks_json_leaves_raw_is_one_line_for_every_reader() -> None:
+    """NEL and the line and paragraph separators are valid raw in JSON, but readers that split
+    as Python's splitlines() does (and some log shippers) would cut the record: a caller's
+    text in a field (a method path) is written with them escaped, and reads back the same."""
+    record = logging.LogRecord("x", logging.INFO, __file__, 0, "m", (), None)
+    path = '/a\u2028b\u2029c\x85d\u00e9{"event": "forged"}'
+    record.fields = {"path": path}
+    line = _logging.JsonFormatter().format(record)
+    assert len(line.splitlines()) == 1
+    assert json.loads(line)["path"] == path
+    assert "\u00e9" in line  # other text stays as written, not escaped

@@ -47,7 +47,17 @@ class JsonFormatter(logging.Formatter):
             data.update(fields)
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        return _ENCODER.encode(data)
+        return _one_line(_ENCODER.encode(data))
+
+
+_LINE_BREAKS: Final = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+"""Characters JSON may hold raw that break a line for readers that split as Python's
+splitlines() does (NEL, the line and paragraph separators); a caller's text, a method path
+say, is written with them escaped, so that one record stays one line for every reader."""
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_LINE_BREAKS) if not text.isascii() else text
 
 
 FLUSH_DELAY_S: Final = 0.1
