@@ -387,13 +387,14 @@ class Supervisor:
                 self.exit_code = START_FAILED
                 self._stop_all()
                 continue
-            self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
-            if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
-                say("workers_keep_dying", "ERROR", restarts=len(self._restarts))
-                self.exit_code = 1
-                self._stop_all()
-                continue
-            self._restarts.append(now)
+            if not stopped:  # a worker stopped on its own signal uses none of the budget
+                self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
+                if len(self._restarts) >= MAX_RESTARTS_IN_WINDOW:
+                    say("workers_keep_dying", "ERROR", restarts=len(self._restarts))
+                    self.exit_code = 1
+                    self._stop_all()
+                    continue
+                self._restarts.append(now)
             self._pending.append((now + RESTART_BACKOFF_S, worker))
 
     def _stop_all(self) -> None:
