@@ -1600,9 +1600,65 @@ def test_a_client_that_does_not_trust_the_servers_certificate_is_told_so(
         proc = run("resolve", "--product", "atlas-a2", "--server", s.target, "--tls-ca", str(other))
     assert str(refused.value).endswith(TLS_HINTS["untrusted_server"])
     assert proc.returncode == 3 and proc.stderr.rstrip().endswith(
-        "; the server's certificate does not verify against --tls-ca (another CA, or a "
-        "certificate for another host name)"
+        "; the server's certificate does not verify against --tls-ca (another CA's?)"
     ), proc.stderr
+
+
+def test_a_certificate_for_another_host_name_is_named_as_such(tmp_path: Path) -> None:
+    """A certificate that verifies but names another host fails gRPC's own host name check,
+    worded apart from a failed verification: the client says which."""
+    import trustme
+
+    from npu_resolver_client.wire import TLS_HINTS
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("elsewhere.test")
+    files = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key")}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    leaf.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    leaf.private_key_pem.write_to_path(str(files["key"]))
+    with (
+        ThreadServer(ServerSettings(port=0, tls_cert=files["cert"], tls_key=files["key"])) as s,
+        ResolverClient(s.target, timeout=3, root_certificates=files["ca"]) as client,
+        pytest.raises(ResolverUnavailable) as refused,
+    ):
+        client.resolve("atlas-a2")
+    assert str(refused.value).endswith(TLS_HINTS["wrong_host"]), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("said", "roots", "cause"),
+    [
+        ("SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED: certificate has expired", True,
+         "expired_server"),
+        ("CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate", False,
+         "untrusted_by_system"),
+        ("CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate", True,
+         "untrusted_server"),
+        ("Peer name localhost is not in peer certificate", True, "wrong_host"),
+    ],
+)  # fmt: skip
+def test_each_tls_failure_gets_the_hint_for_its_cause(
+    said: str, roots: bool, cause: str, certs: dict[str, Path]
+) -> None:
+    """gRPC's words for an expired certificate, one the system's CAs do not sign (no
+    root_certificates given: a client with only its own certificate), one another CA signed,
+    and (in older gRPC) a host name mismatch, each get their own hint, not one for all."""
+    from npu_resolver_client._client import _Settings, _tls_hint
+    from npu_resolver_client.wire import TLS_HINTS
+
+    settings = _Settings(
+        target="127.0.0.1:9",
+        timeout=None,
+        root_certificates=certs["ca"] if roots else None,
+        private_key=None if roots else certs["client_key"],
+        certificate_chain=None if roots else certs["client_cert"],
+        token=None,
+        max_message_bytes=4 * 1024 * 1024,
+        options=(),
+        wait_for_ready=False,
+    )
+    assert _tls_hint(settings, said) == TLS_HINTS[cause]
 
 
 def test_metrics_count_calls() -> None:

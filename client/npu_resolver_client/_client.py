@@ -347,7 +347,13 @@ def _tls_hint(settings: _Settings, said: str) -> str:
     """Which of TLS_HINTS fits an UNAVAILABLE's text for a client so configured, or ""."""
     if "WRONG_VERSION_NUMBER" in said:  # what a plaintext server answers TLS with
         return TLS_HINTS["plaintext_server"]
+    if settings.tls and ("Hostname Verification" in said or "Peer name" in said):
+        return TLS_HINTS["wrong_host"]
     if settings.tls and "CERTIFICATE_VERIFY_FAILED" in said:
+        if "certificate has expired" in said:
+            return TLS_HINTS["expired_server"]
+        if settings.root_certificates is None:  # the system's bundle was used
+            return TLS_HINTS["untrusted_by_system"]
         return TLS_HINTS["untrusted_server"]
     if "Socket closed" not in said:  # refused, unresolved, the server's own UNAVAILABLE: no hint
         return ""

@@ -152,8 +152,16 @@ TLS_HINTS: Final = {
     ),
     "tls_server": "; if the server speaks TLS, pass root_certificates (its CA bundle)",
     "untrusted_server": (
-        "; the server's certificate does not verify against root_certificates (another CA, or "
-        "a certificate for another host name)"
+        "; the server's certificate does not verify against root_certificates (another CA's?)"
+    ),
+    "untrusted_by_system": (
+        "; the server's certificate does not verify against the system's CAs: pass "
+        "root_certificates (its CA bundle)"
+    ),
+    "expired_server": "; the server's certificate has expired: it must be renewed",
+    "wrong_host": (
+        "; the server's certificate is for another host name than the target's: connect by a "
+        "name it holds"
     ),
 }
 """The likely cause of an UNAVAILABLE that a TLS mismatch makes look like any lost connection,

@@ -20,8 +20,16 @@ _TLS_HINTS_AS_FLAGS: Final = {
     ),
     "tls_server": "; if the server speaks TLS, give --tls-ca (its CA bundle)",
     "untrusted_server": (
-        "; the server's certificate does not verify against --tls-ca (another CA, or a "
-        "certificate for another host name)"
+        "; the server's certificate does not verify against --tls-ca (another CA's?)"
+    ),
+    "untrusted_by_system": (
+        "; the server's certificate does not verify against the system's CAs: give --tls-ca "
+        "(its CA bundle)"
+    ),
+    "expired_server": "; the server's certificate has expired: it must be renewed",
+    "wrong_host": (
+        "; the server's certificate is for another host name than --server's: connect by a name "
+        "it holds"
     ),
 }
 """The client's hints for a TLS mismatch (npu_resolver_client.wire.TLS_HINTS) in this command's
