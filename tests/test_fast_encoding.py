@@ -18,7 +18,7 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -368,6 +368,7 @@ def _call_lines(product: str, ok: bool | None, codes: tuple[str, ...]) -> list[s
     st.sampled_from([True, False, None]),
     st.lists(st.sampled_from([c.value for c in Code]), max_size=4).map(tuple),
 )
+@example("\u2028\x85", True, ())  # line breaks JSON leaves raw: both ways escape them
 def test_call_lines_are_the_formatters_text(
     product: str, ok: bool | None, codes: tuple[str, ...]
 ) -> None:

@@ -159,6 +159,7 @@ def _call_line(key: _CallKey, latency_us: int) -> str:
             f'"product": {quote(product)}, "ok": {_JSON_CONSTANTS[ok]}, "codes": [{codes_text}], '
             '"latency_ms": '
         )
+        middle = _one_line(middle)  # as the formatter writes it
         if len(_MIDDLES) < _MAX_MIDDLES and len(product) <= 256:
             _MIDDLES[key] = middle
     now_ms = (time.time_ns() + 500_000) // 1_000_000
