@@ -707,6 +707,18 @@ def test_policy_check_says_on_which_product_a_line_for_several_was_worded_r_hct_
     )
 
 
+def test_policy_check_says_a_rounding_once_though_the_table_it_suggests_exists_r_hct_3() -> None:
+    """The R-HCT-3 note suggests each product's own table; that the file already has one for
+    atlas-training (for another option) does not split the line the two products share."""
+    policy = parse_policy(
+        "[profiles.default.defaults]\nhccl_timeout = 600\n"
+        "[profiles.default.products.atlas-training.defaults]\nop_debug_level = 0\n"
+    )
+    said = [s.text for s in npu_resolver.diagnostics_from_policy(policy)]
+    (rounded,) = [line for line in said if "ROUNDED" in line]
+    assert "on atlas-training, atlas-300i-duo, in training and online inference" in rounded
+
+
 def test_policy_check_keeps_apart_what_jobs_hear_differently_r_sst_2() -> None:
     """A value that makes one product's jobs hear another message (atlas-a3's locked
     hccl_timeout 0 never times out) gets a line of its own: the common line does not claim

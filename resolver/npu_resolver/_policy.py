@@ -186,10 +186,6 @@ class Policy:
     def profile_names(self) -> tuple[str, ...]:
         return self._profile_names
 
-    def table_paths(self) -> frozenset[str]:
-        """The paths of the file's tables, as written ('profiles.x.products.atlas-a2.locked')."""
-        return frozenset(t.path for p in self._profiles.values() for t in p.tables.values())
-
     @functools.cached_property
     def compact_text(self) -> str:
         """`canonical_text` without whitespace, keys still sorted: a policy of long lists,
@@ -616,7 +612,6 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     value the locked mode refuses clashes with that lock. Profiles holding the same locks on a
     product are checked once and named together."""
     locks_only = _LocksOnly(policy)
-    tables = policy.table_paths()
     holders: dict[tuple[str, _LockSet], tuple[PolicyLayer, list[str]]] = {}
     # The default profile first: the locks every other profile inherits are said as its own.
     for name in sorted(policy.profile_names(), key=lambda n: n != DEFAULT_PROFILE):
@@ -639,7 +634,7 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
         for (option, what), modes in found.items():
             only = f" in {next(iter(modes))}" if len(modes) == 1 else ""  # else: in every mode
             where = _profiles(names) + (" (the same locks)" if len(names) > 1 else "")
-            key = (option, where, only, _alike_on_products(what, pid, tables))
+            key = (option, where, only, _alike_on_products(what, pid, _lock_tables(layer)))
             said.setdefault(key, (what, []))[1].append(pid)
     problems = []
     for (option, where, only, _), (what, pids) in said.items():
@@ -681,11 +676,16 @@ _TABLE_PATH: Final = re.compile(r'\[profiles\.(?:"(?:[^"\\]++|\\.)*+"|[^\]"]++)*
 Possessive: a megabyte-long table path holds no backtracking point per character."""
 
 
+def _lock_tables(layer: PolicyLayer) -> frozenset[str]:
+    """The tables the layer's locks were written in ('profiles.x.products.atlas-a2.locked')."""
+    return frozenset(e.detail.split("[", 1)[-1].removesuffix("]") for e in layer.locked.values())
+
+
 def _alike_on_products(message: str, pid: str, tables: Collection[str]) -> str:
-    """A product's message with its product's name left out, so that the same words said on
-    several products are one line naming them; kept whole when the name is in one of the
-    file's `tables` it quotes: those products' tables differ, and each must be named to be
-    fixed (a table it suggests writing, [...products.atlas-training.locked], may be merged)."""
+    """A clash's message with its product's name left out, so that the same words said on
+    several products are one problem naming them; kept whole when the name is in one of the
+    lock `tables` it quotes: those products' tables differ, and each must be named to be
+    fixed."""
     if any(pid in path and path[1:-1] in tables for path in _TABLE_PATH.findall(message)):
         return message
     return message.replace(pid, "\0")
@@ -769,7 +769,6 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
     message (the product it was said on left out), with the products and modes it reaches.
     Sorted by text."""
     heard: dict[tuple[str, str, Severity, str, str], _Heard] = {}
-    tables = policy.table_paths() if isinstance(policy, Policy) else frozenset()
     for name in policy.profile_names():
         for pid in PRODUCT_IDS:
             layer = policy.layer(name, pid)
@@ -787,7 +786,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                         d.option,
                         d.severity,
                         what,
-                        _alike_on_products(d.message, pid, tables),
+                        d.message.replace(pid, "\0"),  # a product table's own: in detail
                     )
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set()))
                     said.reached.add((pid, _mode_name(result)))
