@@ -18,7 +18,7 @@ from ._model import JSON, Code, Source
 from ._options import CACHE_ENV_VARS, OUTRANKED_FOLDER_VARS
 from ._products import TBE_MAPPING_FILES, UB_FUSION, Family
 from ._schema import Mode
-from ._state import Slot, State, product_table
+from ._state import Slot, State, product_table, table_of
 from ._values import show
 
 
@@ -153,7 +153,7 @@ def _product_table(slot: Slot, pid: str) -> str:
     """The table a policy value for `pid` alone goes in, beside the one `slot` came from: that
     table itself when it is already the product's, else the product's own in the same profile
     and of the same kind (profiles.gold.locked -> profiles.gold.products.atlas-training.locked)."""
-    table = slot.detail.split("[", 1)[-1].removesuffix("]")
+    table = table_of(slot.detail)
     return product_table(table, pid) if slot.all_products else table
 
 

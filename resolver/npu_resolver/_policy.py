@@ -36,7 +36,7 @@ from ._options import ENV_VAR_RULES, MENTIONED_ONLY
 from ._precedence import ASK_THE_PLATFORM
 from ._products import PRODUCT_IDS, alias_key, chips, listed, product_id
 from ._schema import MODE_OPTION, Mode
-from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, product_table
+from ._state import DEFAULT_PROFILE, PolicyEntry, PolicyLayer, PolicyLike, product_table, table_of
 from ._values import Problem, config_shape, parse, show
 
 KINDS: Final = ("defaults", "locked")
@@ -76,6 +76,11 @@ class PolicyError(ValueError):
             self.problems.append(f"and {more} more problem{'s' if more > 1 else ''} not listed")
         self.digest = digest
         super().__init__(f"{source}: " + "; ".join(self.problems))
+
+    @property
+    def listed(self) -> str:
+        """The problems as a person reads them, each on its line ("\n  - ...")."""
+        return "".join(f"\n  - {problem}" for problem in self.problems)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled whole (a process pool's worker raises it to its parent), as listed: not
@@ -468,6 +473,7 @@ def _read_tables(
             continue
         tables: dict[tuple[str | None, str], _Table] = {}
         scopes: list[tuple[str | None, str, Any]] = [(None, at, body)]
+        chip_of: dict[str, str] = {}  # a product scope's path -> the chip it was named by
         for key in sorted(set(body) - {*KINDS, "products"}):
             problems.append(f"[{at}] {toml_key(key)}: unknown key; use defaults, locked, products")
         products = body.get("products", {})
@@ -489,6 +495,7 @@ def _read_tables(
             for key in sorted(set(pbody) - set(KINDS)):
                 problems.append(f"[{scope}] {toml_key(key)}: unknown key; use defaults, locked")
             scopes.append((pid, scope, pbody))
+            chip_of[scope] = _chip(alias, pid)
         for pid, path, scope_body in scopes:
             for kind in KINDS:
                 values = scope_body.get(kind)
@@ -516,17 +523,15 @@ def _read_tables(
                         catalog, table, key, value, pids=pids, scoped=pid is not None
                     )
                 carried = {k: as_carried(v) for k, v in values.items()}
-                tables[(pid, kind)] = _Table(table, carried, _chip(path, pid))
+                tables[(pid, kind)] = _Table(table, carried, chip_of.get(path, ""))
         profiles[name] = _Profile(tables)
     return profiles, problems
 
 
-def _chip(path: str, pid: str | None) -> str:
-    """The SoC version a product table's path names it by, when the product has several
-    (its table applies to them all: the resolver tells products apart, not chips)."""
-    if pid is None:
-        return ""
-    named = alias_key(path.rsplit(".products.", 1)[-1].strip('"'))
+def _chip(alias: str, pid: str) -> str:
+    """The SoC version a product table's name (`alias`, as written) is, when the product has
+    several (its table applies to them all: the resolver tells products apart, not chips)."""
+    named = alias_key(alias)
     found = [chip for chip in chips(pid) if alias_key(chip) == named]
     return found[0] if found and len(chips(pid)) > 1 else ""
 
@@ -639,7 +644,7 @@ def _lock_conflicts(policy: Policy, catalog: Catalog) -> list[str]:
     problems = []
     for (option, where, only, _), (what, pids) in said.items():
         on = _on_products(pids, "every product")
-        as_said = f" (as said on {pids[0]})" if len(pids) > 1 and pids[0] in what else ""
+        as_said = _as_said_on(pids[0], len(pids), what)
         problems.append(f"locked {option} in {where} on {on}{only}{as_said}: {what}")
     return sorted(problems)
 
@@ -678,17 +683,23 @@ Possessive: a megabyte-long table path holds no backtracking point per character
 
 def _lock_tables(layer: PolicyLayer) -> frozenset[str]:
     """The tables the layer's locks were written in ('profiles.x.products.atlas-a2.locked')."""
-    return frozenset(e.detail.split("[", 1)[-1].removesuffix("]") for e in layer.locked.values())
+    return frozenset(table_of(entry.detail) for entry in layer.locked.values())
 
 
 def _alike_on_products(message: str, pid: str, tables: Collection[str]) -> str:
-    """A clash's message with its product's name left out, so that the same words said on
-    several products are one problem naming them; kept whole when the name is in one of the
-    lock `tables` it quotes: those products' tables differ, and each must be named to be
-    fixed."""
+    """A message with its product's name left out, so that the same words said on several
+    products are one line naming them; kept whole when the name is in one of the `tables` it
+    quotes (a clash's own lock tables): those products' tables differ, and each must be named
+    to be fixed."""
     if any(pid in path and path[1:-1] in tables for path in _TABLE_PATH.findall(message)):
         return message
     return message.replace(pid, "\0")
+
+
+def _as_said_on(first: str, products: int, message: str) -> str:
+    """Whose words a line said alike on several `products` quotes, when they name the
+    `first` product they were said on."""
+    return f" (as said on {first})" if products > 1 and first in message else ""
 
 
 def _for_the_platform(message: str) -> str:
@@ -710,12 +721,12 @@ def _clashing_locks(result: Resolution, layer: PolicyLayer) -> list[tuple[str, s
         if d.severity is not Severity.ERROR or d.option not in layer.locked:
             continue
         text = _TABLE_PATH.sub("", d.message)
-        detail = layer.locked[d.option].detail.split("[", 1)[-1]
-        what = f"{_for_the_platform(d.message)} ({d.rule}) [{detail}"
+        table = table_of(layer.locked[d.option].detail)
+        what = f"{_for_the_platform(d.message)} ({d.rule}) [{table}]"
         others = [o for o in layer.locked if o != d.option and _names(o, text)]
         if others:  # each side's table: the other lock may be the default profile's
             tables = "; ".join(
-                f"{o} locked in [{layer.locked[o].detail.split('[', 1)[-1]}" for o in others
+                f"{o} locked in [{table_of(layer.locked[o].detail)}]" for o in others
             )
             clashes.append((d.option, f"{what}; {tables}"))
         elif mode_lock is not None and d.code is Code.UNSUPPORTED_VALUE:
@@ -786,7 +797,8 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
                         d.option,
                         d.severity,
                         what,
-                        d.message.replace(pid, "\0"),  # a product table's own: in detail
+                        # A product table's own path is in the entry's detail, already a key.
+                        _alike_on_products(d.message, pid, ()),
                     )
                     said = heard.setdefault(key, _Heard(d.message, pid, set(), set()))
                     said.reached.add((pid, _mode_name(result)))
@@ -800,8 +812,7 @@ def diagnostics_from_policy(policy: Policy, catalog: Catalog = CATALOG) -> list[
             line += ", for every profile"
         elif not (len(profiles) == 1 and f"[profiles.{toml_key(profiles[0])}." in detail):
             line += f", for {_profiles(profiles)}"
-        if len({pid for pid, _ in said.reached}) > 1 and said.first in said.message:
-            line += f" (as said on {said.first})"
+        line += _as_said_on(said.first, len({pid for pid, _ in said.reached}), said.message)
         lines.append(PolicySays(severity, f"{line}: {_for_the_platform(said.message)}"))
     return sorted(lines, key=lambda says: says.text)
 

@@ -151,6 +151,12 @@ _POLICY_ADVICE: Final = (
 )
 
 
+def table_of(detail: str) -> str:
+    """The table a policy value's provenance `detail` names: "locked from [profiles.x.locked]"
+    -> "profiles.x.locked"."""
+    return detail.split("[", 1)[-1].removesuffix("]")
+
+
 def product_table(table: str, pid: str) -> str:
     """The table for `pid` alone beside a table for every product, in the same profile and of
     the same kind: profiles.gold.locked -> profiles.gold.products.atlas-training.locked."""
@@ -158,11 +164,11 @@ def product_table(table: str, pid: str) -> str:
     return f"{profile}.products.{pid}.{kind}"
 
 
-STRICT_UNDER_POLICY: Final = (
+_STRICT_UNDER_POLICY: Final = (
     " Under strict a drop is an error, and this value is not the job's: name a profile "
     "without it, or ask the platform team to move it to the profiles it suits."
 )
-STRICT_UNDER_LOCK: Final = (
+_STRICT_UNDER_LOCK: Final = (
     " Under strict a drop is an error, and this value is the policy's lock, which no job "
     "changes: ask the platform team to move it to the profiles it suits."
 )
@@ -257,7 +263,7 @@ class State:
         drop's): nothing when the job is not strict, and the drop only a warning."""
         if not self.strict:
             return ""
-        return STRICT_UNDER_LOCK if locked else STRICT_UNDER_POLICY
+        return _STRICT_UNDER_LOCK if locked else _STRICT_UNDER_POLICY
 
     def refuse(self, name: str, code: Code, rule: str, message: str) -> None:
         """An error about the option's value: it leaves the effective config."""

@@ -756,11 +756,10 @@ def _first_to_tell(marks: ReloadMarks | None, worker: int) -> bool:
 def _tell_refused_policy(refused: PolicyError) -> None:
     """A policy refused at start as a person reads it, beside the start_failed JSON line a log
     pipeline reads (as a refused setting is): the flag, the file, each problem on its line."""
-    said = "".join(f"\n  - {problem}" for problem in refused.problems)
     if isinstance(refused, PolicyReadError):  # not read at all: its one problem is why
         said = f": {'; '.join(refused.problems)}"
     else:
-        said = f" refused:{said}"
+        said = f" refused:{refused.listed}"
     text = f"npu-resolve serve: --policy (or NPU_RESOLVER_POLICY) {refused.source}{said}\n"
     # One write, not print's text and newline apart: another worker's log line, written to the
     # same stderr meanwhile, would land inside it (a pipe takes one write of 4 KiB whole).

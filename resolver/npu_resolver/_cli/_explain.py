@@ -208,7 +208,7 @@ def render_diff(result: DiffResult, show_all: bool) -> str:
 
     resolved = resolved_columns(result.results)
     left_out = [pid for pid in result.results if pid not in resolved]
-    table = result.only([p for p in result.products if p not in left_out]) if left_out else result
+    table = result.only([p for p in result.products if p in resolved]) if left_out else result
     rows = table.rows if show_all else table.differing
     lines = _diff_table(table, rows)
     if left_out:

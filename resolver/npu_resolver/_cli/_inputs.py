@@ -395,8 +395,7 @@ def read_policy(path: str | None) -> Policy | None:
 
 def policy_refusal(refused: PolicyError) -> str:
     """A refused policy file as a person reads it: the file, then each problem on its line."""
-    listed = "".join(f"\n  - {problem}" for problem in refused.problems)
-    return f"policy {_as_given(refused.source)} refused:{listed}"
+    return f"policy {_as_given(refused.source)} refused:{refused.listed}"
 
 
 CREDENTIAL_FLAGS: Final = {
